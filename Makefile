@@ -1,0 +1,41 @@
+# make reproduce   every experiment on this machine (GPU if present, else CPU interpreter rows), then figures + report
+# make test        the CPU test suite (Triton interpreter, nvcc compile checks)
+# make figures     figures + results/REPORT.md from the committed CSVs, no GPU
+# make merge       fold all result shards into results/<gpu>/<experiment>/results.csv
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+EXPERIMENTS ?= smoke gemm_shapes
+ARGS ?=
+
+.PHONY: reproduce test figures merge venv clean-cpu
+
+venv: $(STAMP)
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# the small CPU build of torch first; on a GPU machine an installed torch satisfies the range
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "torch==2.13.0" || $(PY) -m pip install -q torch
+	$(PY) -m pip install -q -e ".[test,models]"
+	touch $(STAMP)
+
+reproduce: $(STAMP)
+	@set -e; for e in $(EXPERIMENTS); do \
+	  echo "== experiment $$e =="; \
+	  $(PY) -m harness experiment=$$e -m $(ARGS); \
+	done
+	$(PY) -m harness.report
+
+figures: $(STAMP)
+	$(PY) -m harness.report
+
+merge: $(STAMP)
+	$(PY) -m harness.merge results
+
+test: $(STAMP)
+	TRITON_INTERPRET=1 $(PY) -m pytest -q
+
+clean-cpu:
+	rm -rf results/cpu

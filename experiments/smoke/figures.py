@@ -1,0 +1,24 @@
+"""smoke: numerical error of each implementation against the float64 reference."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import seaborn as sns
+
+from harness.figures import figure
+
+
+@figure("smoke_numerics", experiment="smoke", cpu_ok=True,
+        caption="Relative Frobenius error of each implementation's output against x(f64) @ W(f64). "
+                "Rows from the CPU interpreter are included: this is a correctness check, not performance.")
+def numerics(df):
+    d = df[(df["metric"] == "rel_err") & (df["status"] == "ok")].copy()
+    if d.empty:
+        return None
+    d["point"] = d["layer"] + " M=" + d["M"].astype(str)
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    sns.barplot(d, x="point", y="value", hue="impl", ax=ax)
+    ax.set_yscale("log")
+    ax.set_ylabel("relative error vs float64")
+    ax.set_xlabel("")
+    ax.set_title("smoke: output error against the float64 reference (" + ", ".join(sorted(set(d["device"]))) + ")")
+    return fig

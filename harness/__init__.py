@@ -1,0 +1,1 @@
+"""Benchmark and artifact-reproduction harness for the Tilus and Proton papers."""

@@ -1,0 +1,45 @@
+"""`python -m harness`: the Hydra app. See README.md for examples."""
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from .specs import ConfigError, choices
+
+GROUPS = ("experiment", "model", "precision", "gpu", "kernel")
+
+
+def check_argv(argv: list[str]) -> None:
+    """Unknown group choices fail at once, before Hydra starts any job of a multirun."""
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        key = key.lstrip("+~")
+        if not sep or key not in GROUPS:
+            continue
+        if value.startswith(("choice(", "range(", "glob(")):
+            continue
+        valid = choices(key)
+        for v in (s.strip() for s in value.split(",")):
+            if v and v != "null" and v not in valid:
+                raise ConfigError(f"unknown {key} {v!r}; valid {key} choices: {', '.join(valid)}")
+
+
+@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    from .runner import run_job
+    try:
+        run_job(cfg)
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    try:
+        check_argv(sys.argv[1:])
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        sys.exit(2)
+    main()

@@ -1,0 +1,137 @@
+"""Weight-only matmul y[M,N] = x[M,K] @ dequant(W)[K,N], for every implementation.
+
+Used by gemm_shapes, tilus_fig9, tilus_fig10, tilus_fig13 and smoke. Each point is
+checked against x(float64) @ W(float64) on fresh random inputs before it is timed.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from kernels import Unsupported
+from ..bench import Context, Metric, Point, register
+from ..impls import TORCH_DTYPES, Problem, get
+from ..shapes import select_layers
+from ..specs import ConfigError, KernelSpec, Precision
+from ..timing import check_numerics, measure_read_bandwidth
+
+DEFAULT_TOL = {"f16": 2e-3, "bf16": 1e-2}
+
+
+def dense(act: str) -> Precision:
+    return Precision(name=act, kind="dense", bits=16, exp_bits=0, man_bits=0, act_dtype=act, group_size=-1)
+
+
+def cpu_shrink(shapes, Ms, cpu: dict):
+    """On a machine without a GPU the same sweep runs on tiny shapes (interpreter)."""
+    mk, mn = int(cpu.get("max_K", 256)), int(cpu.get("max_N", 256))
+    shapes = [(name, min(K, mk), min(N, mn)) for name, K, N in shapes]
+    Ms = sorted({min(m, int(cpu.get("max_M", 16))) for m in Ms})
+    return shapes, Ms
+
+
+@register("weight_only_matmul")
+class WeightOnlyMatmul:
+    primary_metric = "latency_ms"
+
+    def points(self, ctx: Context) -> list[Point]:
+        exp, prec = ctx.experiment, ctx.precision
+        if exp.shapes:
+            shapes = [(f"K{K}_N{N}", K, N) for K, N in exp.shapes]
+            model = "custom" if not exp.layers else ctx.model.name
+        else:
+            shapes = [(l.name, l.K, l.N) for l in select_layers(ctx.model, exp.layers)]
+            model = ctx.model.name
+        Ms = list(exp.M)
+        if ctx.on_cpu:
+            shapes, Ms = cpu_shrink(shapes, Ms, exp.cpu)
+        for _, K, _ in shapes:
+            prec.check_k(K)
+        pts = []
+        for kname in ctx.kernels:
+            spec = KernelSpec.load(kname)
+            # cuBLAS beside a low-bit precision is the dense baseline of the same shape.
+            p = dense(prec.act_dtype) if spec.impl == "cublas" else prec
+            reason = spec.static_reason(p)
+            for layer, K, N in shapes:
+                for M in Ms:
+                    pts.append(Point(exp.name, exp.figure, model, layer, M, K, N, p.weight_dtype, p.act_dtype,
+                                     p.group_size, kname, skip_reason=reason))
+        if not pts:
+            raise ConfigError(f"experiment {exp.name}: the sweep is empty (kernels={list(ctx.kernels)}, M={Ms})")
+        # contiguous weights: one weight (and its reference) alive at a time
+        return sorted(set(pts), key=lambda q: (q.layer, q.K, q.N, q.weight_dtype, q.M, q.impl))
+
+    def setup(self, ctx: Context) -> list[Metric]:
+        if ctx.on_cpu:
+            return []
+        bw = measure_read_bandwidth(ctx.timer)
+        ctx.state["bw_tbs"] = bw
+        return [Metric("hbm_read_bw", bw, "TB/s")]
+
+    def _precision(self, point: Point, ctx: Context) -> Precision:
+        if point.weight_dtype in TORCH_DTYPES:
+            return dense(point.act_dtype)
+        return ctx.precision
+
+    def _weights(self, point: Point, prec: Precision, ctx: Context):
+        """The weight of this (K, N, dtype) and its float64 value, cached for the next point."""
+        key = (point.K, point.N, prec.name, prec.group_size, prec.act_dtype)
+        cache = ctx.state.setdefault("weights", {})
+        if key not in cache:
+            cache.clear()
+            dev = "cuda" if not ctx.on_cpu else "cpu"
+            g = torch.Generator(device=dev).manual_seed(ctx.seed + point.K * 7 + point.N)
+            act = TORCH_DTYPES[prec.act_dtype]
+            if prec.kind == "dense":
+                w = (torch.randn(point.K, point.N, generator=g, device=dev) / point.K ** 0.5).to(act)
+                w64 = w.double()
+            else:
+                from kernels.lowbit.formats import dequantize_ref, parse_format, random_quantized
+                w = random_quantized(point.K, point.N, parse_format(prec.name), prec.group_size, act,
+                                     seed=ctx.seed + point.K * 7 + point.N, device=dev)
+                w64 = dequantize_ref(w).to(dev)
+            cache[key] = (w, w64)
+        return cache[key]
+
+    def run(self, point: Point, ctx: Context) -> list[Metric]:
+        if point.skip_reason:
+            raise Unsupported(point.skip_reason)
+        prec = self._precision(point, ctx)
+        dev = "cuda" if not ctx.on_cpu else "cpu"
+        w, w64 = self._weights(point, prec, ctx)
+        kspec = KernelSpec.load(point.impl)
+        t0 = time.perf_counter()
+        prepared = get(kspec.impl)(Problem(point.M, point.K, point.N, prec, w, dev,
+                                           seconds=ctx.timer.seconds if not ctx.on_cpu else None))
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        prepare_s = time.perf_counter() - t0
+        # correctness on fresh random activations, never zeros
+        x = torch.randn(point.M, point.K, dtype=TORCH_DTYPES[prec.act_dtype], device=dev)
+        ref = x.double() @ w64
+        out = prepared.fn(x)
+        tol = prepared.tolerance or DEFAULT_TOL[prec.act_dtype]
+        err = check_numerics(out, ref, tol)
+        del ref, out
+        t = ctx.timer(lambda: prepared.fn(x))
+        sec = t.median_ms * 1e-3
+        nbytes = prec.weight_bytes(point.K, point.N) + 2 * point.M * (point.K + point.N)
+        flops = 2 * point.M * point.K * point.N
+        bw = ctx.state.get("bw_tbs") or ctx.gpu.bw_tbs
+        floor_ms = None
+        if bw and ctx.gpu.tflops and not ctx.on_cpu:
+            floor_ms = max(nbytes / (bw * 1e12), flops / (ctx.gpu.tflops * 1e12)) * 1e3
+        c = prepared.config
+        ms = [
+            Metric("latency_ms", t.median_ms, "ms", t.p10_ms, t.p90_ms, t.n, t.sm_clock_mhz, c),
+            Metric("bandwidth_tbs", nbytes / sec / 1e12, "TB/s", impl_config=c),
+            Metric("tflops", flops / sec / 1e12, "TFLOP/s", impl_config=c),
+            Metric("rel_err", err, "1", impl_config=c),
+            Metric("prepare_s", prepare_s, "s", impl_config=c),
+        ]
+        if floor_ms:
+            ms += [Metric("floor_ms", floor_ms, "ms", impl_config=c),
+                   Metric("roofline_frac", floor_ms / t.median_ms, "1", impl_config=c)]
+        return ms

@@ -1,0 +1,148 @@
+"""The one place that times device work (DESIGN.md, "Timing recipe").
+
+Correct before fast: `check_numerics` compares an output with a float64 reference
+before anything is timed. Then `Timer` warms up by time, flushes L2 between
+samples, times each sample with CUDA events (or CUDA-graph replays) and returns the
+median with p10/p90 and the SM clock read while the samples ran. Without a GPU
+the same call times with the wall clock and says so in `method`.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+
+class NumericsFail(Exception):
+    """An output does not match its float64 reference; the point is not timed."""
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref||_F / ||ref||_F in float64 on the CPU; inf for NaN/inf or unwritten output."""
+    o = out.detach().to("cpu", torch.float64)
+    r = ref.detach().to("cpu", torch.float64)
+    if o.shape != r.shape:
+        raise NumericsFail(f"output shape {tuple(o.shape)} != reference shape {tuple(r.shape)}")
+    if not torch.isfinite(o).all():
+        return float("inf")
+    denom = torch.linalg.norm(r).item() or 1.0
+    return torch.linalg.norm(o - r).item() / denom
+
+
+def check_numerics(out: torch.Tensor, ref: torch.Tensor, tol: float) -> float:
+    err = rel_error(out, ref)
+    if not err <= tol:
+        raise NumericsFail(f"relative error {err:.3g} > tolerance {tol:.3g}")
+    return err
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    n: int
+    sm_clock_mhz: float | None
+    method: str             # cuda-events | cuda-graph | cpu-wallclock
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    if len(xs) == 1:
+        return xs[0]
+    pos = q * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def sm_clock_mhz() -> float | None:
+    """Current SM clock of device 0 through NVML, or None where NVML is missing."""
+    try:
+        import pynvml  # nvidia-ml-py
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device() if torch.cuda.is_available() else 0)
+        return float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM))
+    except Exception:
+        return None
+
+
+class Timer:
+    def __init__(self, device: str = "cuda", warmup_ms: float = 25, samples: int = 50,
+                 flush_l2: bool = True, flush_mb: int = 256, cuda_graph: bool = False,
+                 cpu_samples: int = 3):
+        self.device = device
+        self.warmup_ms = warmup_ms
+        self.samples = samples if device == "cuda" else cpu_samples
+        self.cuda_graph = cuda_graph and device == "cuda"
+        self._flush = None
+        if device == "cuda" and flush_l2:
+            self._flush = torch.empty(flush_mb * 2**20 // 4, dtype=torch.int32, device="cuda")
+
+    @property
+    def method(self) -> str:
+        if self.device != "cuda":
+            return "cpu-wallclock"
+        return "cuda-graph" if self.cuda_graph else "cuda-events"
+
+    def __call__(self, fn: Callable[[], object]) -> Timing:
+        if self.device != "cuda":
+            return self._time_cpu(fn)
+        return self._time_cuda(fn)
+
+    def seconds(self, fn: Callable[[], object]) -> float:
+        """Median seconds of fn; the callable kernels' autotuners are given."""
+        return self(fn).median_ms / 1e3
+
+    def _time_cpu(self, fn: Callable[[], object]) -> Timing:
+        fn()                                   # warm-up (compiles / interprets once)
+        ts = []
+        for _ in range(self.samples):
+            t0 = time.perf_counter()
+            fn()
+            ts.append((time.perf_counter() - t0) * 1e3)
+        return Timing(statistics.median(ts), _quantile(ts, 0.1), _quantile(ts, 0.9), len(ts), None, self.method)
+
+    def _time_cuda(self, fn: Callable[[], object]) -> Timing:
+        run = fn
+        if self.cuda_graph:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                fn()
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            run = g.replay
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        while True:                            # warm up by time, at least one call
+            run()
+            torch.cuda.synchronize()
+            if (time.perf_counter() - t0) * 1e3 >= self.warmup_ms:
+                break
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.samples)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.samples)]
+        for s, e in zip(starts, ends):
+            if self._flush is not None:
+                self._flush.zero_()
+            s.record()
+            run()
+            e.record()
+        clock = sm_clock_mhz()                 # read while the queued samples run
+        torch.cuda.synchronize()
+        ts = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        return Timing(statistics.median(ts), _quantile(ts, 0.1), _quantile(ts, 0.9), len(ts), clock, self.method)
+
+
+def measure_read_bandwidth(timer: Timer, gib: float = 4.0) -> float:
+    """HBM read bandwidth in TB/s: the time to sum `gib` GiB of f16 (DESIGN.md's probe)."""
+    n = int(gib * 2**30 // 2)
+    x = torch.randn(n, dtype=torch.float16, device="cuda")
+    t = timer(lambda: x.sum(dtype=torch.float32))
+    del x
+    return 2 * n / (t.median_ms * 1e-3) / 1e12
