@@ -44,10 +44,10 @@ class WeightOnlyMatmul:
             shapes = [(l.name, l.K, l.N) for l in select_layers(ctx.model, exp.layers)]
             model = ctx.model.name
         Ms = list(exp.M)
+        for _, K, _ in shapes:          # on the real shapes, before any shrinking
+            prec.check_k(K)
         if ctx.on_cpu:
             shapes, Ms = cpu_shrink(shapes, Ms, exp.cpu)
-        for _, K, _ in shapes:
-            prec.check_k(K)
         pts = []
         for kname in ctx.kernels:
             spec = KernelSpec.load(kname)

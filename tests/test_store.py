@@ -1,0 +1,120 @@
+"""Resume skips exactly the finished points; a killed run loses nothing; merge rejects bad shards."""
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.store import SCHEMA, SchemaError, ShardWriter, load_experiment, merge, read_csv
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _harness(*args, results, **kw):
+    flags = [a for a in args if a.startswith("-")]
+    overrides = [a for a in args if not a.startswith("-")]
+    return [sys.executable, "-m", "harness", *overrides, f"run.results_dir={results}", "run.device=cpu",
+            "run.progress=false", *flags]
+
+
+def _row(i, status="ok", metric="latency_ms"):
+    r = {k: "" for k in SCHEMA}
+    r.update(experiment="t", model="m", layer="l", M=i, K=8, N=8, impl="cublas", metric=metric, value=float(i),
+             status=status, point_hash=f"h{i}", ts_utc=f"2026-01-01T00:00:{i:02d}")
+    return r
+
+
+def test_resume_skips_exactly_the_finished_points(tmp_path):
+    args = ("experiment=gemm_shapes", "model=tinyllama_1_1b,llama3_1_8b", "precision=f16", "-m")
+    r1 = subprocess.run(_harness(*args, results=tmp_path), capture_output=True, text=True, timeout=300)
+    assert r1.returncode == 0, r1.stderr
+    df1 = load_experiment(tmp_path / "cpu" / "gemm_shapes")
+    n_points = df1["point_hash"].nunique()
+    assert n_points == 2 * 4 * 3 and set(df1["status"]) == {"ok"}
+    # drop two points' rows: a rerun must measure exactly those two again
+    merged = tmp_path / "cpu" / "gemm_shapes" / "results.csv"
+    gone = sorted(df1["point_hash"].unique())[:2]
+    kept = df1[~df1["point_hash"].isin(gone)]
+    kept.to_csv(merged, index=False, columns=SCHEMA)
+    r2 = subprocess.run(_harness(*args, results=tmp_path), capture_output=True, text=True, timeout=300)
+    assert r2.returncode == 0, r2.stderr
+    ran = sum(int(line.split(" already done, ")[1].split()[0]) for line in r2.stdout.splitlines()
+              if "already done" in line)
+    assert ran == 2
+    df2 = load_experiment(tmp_path / "cpu" / "gemm_shapes")
+    assert df2["point_hash"].nunique() == n_points
+    r3 = subprocess.run(_harness(*args, results=tmp_path), capture_output=True, text=True, timeout=300)
+    lines = [l for l in r3.stdout.splitlines() if "to run" in l]
+    assert len(lines) == 2 and all(l.endswith("0 to run -> " + l.split(" -> ")[1]) for l in lines)
+
+
+def test_killed_run_loses_no_finished_point(tmp_path):
+    args = ("experiment=gemm_shapes", "precision=f16,bf16", "-m")          # 14 models x 2 = 28 jobs
+    exp_dir = tmp_path / "cpu" / "gemm_shapes"
+    p = subprocess.Popen(_harness(*args, results=tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and not (exp_dir / "results.csv").exists():
+        time.sleep(0.05)
+    time.sleep(0.3)
+    os.killpg(p.pid, signal.SIGKILL)                     # no clean-up code runs
+    p.wait()
+    before = load_experiment(exp_dir)
+    assert len(before) > 0
+    finished = set(before["point_hash"])
+    # every point that has rows has all of them (a point is written in one piece)
+    per_point = before.groupby("point_hash")["metric"].nunique()
+    assert set(per_point) <= {1, 5}
+    r = subprocess.run(_harness(*args, results=tmp_path), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    after = load_experiment(exp_dir)
+    assert finished <= set(after["point_hash"])
+    assert after["point_hash"].nunique() == 28 * 12
+    # the finished rows were kept, not measured again
+    old = before.set_index(["point_hash", "metric"])["ts_utc"]
+    new = after.set_index(["point_hash", "metric"])["ts_utc"]
+    assert (new.loc[old.index] == old).all()
+
+
+def test_torn_last_line_is_dropped(tmp_path):
+    w = ShardWriter(tmp_path / "shards" / "a.csv")
+    w.write_point([_row(1)])
+    with open(w.path, "a") as f:
+        f.write("t,,m,l,2,8")                               # killed mid-write
+    assert list(read_csv(w.path)["point_hash"]) == ["h1"]
+
+
+def test_merge_combines_shards_and_rejects_a_schema_mismatch(tmp_path):
+    ShardWriter(tmp_path / "shards" / "a.csv").write_point([_row(1)])
+    ShardWriter(tmp_path / "shards" / "b.csv").write_point([_row(2), _row(2, metric="tflops")])
+    out = merge(tmp_path)
+    df = read_csv(out)
+    assert sorted(df["point_hash"]) == ["h1", "h2", "h2"]
+    assert not list((tmp_path / "shards").glob("*.csv"))
+    bad = tmp_path / "shards" / "c.csv"
+    with open(bad, "w", newline="") as f:
+        csv.writer(f).writerow([c for c in SCHEMA if c != "status"] + ["state"])
+        csv.writer(f).writerow(["x"] * len(SCHEMA))
+    with pytest.raises(SchemaError, match=r"c\.csv.*missing \['status'\].*unexpected \['state'\]"):
+        merge(tmp_path)
+    assert read_csv(out)["point_hash"].tolist() == df["point_hash"].tolist()   # merged file untouched
+
+
+def test_unknown_status_is_refused(tmp_path):
+    with pytest.raises(SchemaError, match="status 'fine'"):
+        ShardWriter(tmp_path / "s.csv").write_point([_row(1, status="fine")])
+
+
+def test_failed_point_is_a_row_and_the_sweep_goes_on(tmp_path):
+    """precision=f16 with kernel=triton: every point is unsupported, each says why, the job still ends well."""
+    r = subprocess.run(_harness("experiment=smoke", "precision=f16", "kernel=triton", results=tmp_path),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    df = load_experiment(tmp_path / "cpu" / "smoke")
+    assert set(df["status"]) == {"unsupported"}
+    assert df["error"].str.contains("not dense").all()
+    assert "unsupported: triton" in r.stdout + r.stderr
