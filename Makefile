@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 reproduce: $(STAMP)
 	@set -e; for e in $(EXPERIMENTS); do \
 	  echo "== experiment $$e =="; \
-	  $(PY) -m harness experiment=$$e -m $(ARGS); \
+	  $(PY) -m harness experiment=$$e $(ARGS) -m; \
 	done
 	$(PY) -m harness.report
 

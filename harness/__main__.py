@@ -36,7 +36,14 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
 
 
+def _multirun_flag_last(argv: list[str]) -> list[str]:
+    """Let `-m` stand anywhere (Hydra's parser wants overrides before it)."""
+    flags = [a for a in argv if a in ("-m", "--multirun")]
+    return [a for a in argv if a not in flags] + flags
+
+
 if __name__ == "__main__":
+    sys.argv[1:] = _multirun_flag_last(sys.argv[1:])
     try:
         check_argv(sys.argv[1:])
     except ConfigError as e:

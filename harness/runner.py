@@ -137,18 +137,23 @@ def run_job(cfg: DictConfig) -> Path:
     if setup_metrics and probe.hash(cv, ctx.gpu.name) not in done:
         writer.write_point(_rows(probe, setup_metrics, "ok", "", prov, probe.hash(cv, ctx.gpu.name)))
     bar = _progress(todo, cfg.run.progress, label)
-    failures = 0
+    counts: dict[str, int] = {}
+    skipped: dict[tuple[str, str, str], int] = {}
     try:
         for p in bar:
             metrics, status, err = run_point(bench, p, ctx)
             writer.write_point(_rows(p, metrics, status, err, prov, hashes[p]))
-            if status != "ok":
-                failures += 1
+            counts[status] = counts.get(status, 0) + 1
+            if status in ("unsupported", "unavailable"):     # expected gaps: summarised below
+                skipped[(p.impl, status, err)] = skipped.get((p.impl, status, err), 0) + 1
+            elif status != "ok":                              # failures: printed when they happen
                 msg = f"  {status}: {p.impl} {p.layer} M={p.M} K={p.K} N={p.N} {p.weight_dtype}: {err}"
-                (bar.write if hasattr(bar, "write") else print)(msg)
+                (bar.write if hasattr(bar, "write") else print)(msg, file=sys.stderr)
     finally:
         merge(exp_dir, only=[shard])
-    print(f"[{label}] done: {len(todo) - failures} ok, {failures} not ok", flush=True)
+    for (impl, status, err), n in sorted(skipped.items()):
+        print(f"  {n} point(s) {status}: {impl}: {err}")
+    print(f"[{label}] done: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), flush=True)
     return exp_dir
 
 

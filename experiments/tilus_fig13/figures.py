@@ -1,0 +1,28 @@
+"""Tilus Fig. 13: speedup over cuBLAS f16 across M."""
+from __future__ import annotations
+
+import seaborn as sns
+
+from experiments.speedup import paper_speedups, side_by_side, speedups
+from harness.figures import comparison, figure
+
+
+@figure("tilus_fig13", experiment="tilus_fig13",
+        caption="Speedup over cuBLAS f16 from decode (M=1) to prefill (M=12288) at K=8192, N=57344.")
+def fig13(df):
+    d = speedups(df)
+    if d.empty:
+        return None
+    g = sns.relplot(d, kind="line", x="M", y="speedup", hue="label", col="weight_dtype", marker="o",
+                    height=3.2, aspect=1.4, errorbar=None)
+    for ax in g.axes.flat:
+        ax.set_xscale("log", base=2)
+        ax.axhline(1.0, color="k", lw=0.8)
+    g.set_axis_labels("M (tokens)", "speedup over cuBLAS f16")
+    g.figure.suptitle(f"Tilus Fig. 13 reproduced on {', '.join(sorted(d['gpu'].unique()))}", y=1.03)
+    return g.figure
+
+
+@comparison(experiment="tilus_fig13")
+def vs_paper(df, paper_dir):
+    return side_by_side(speedups(df), paper_speedups(paper_dir, 13), 13)

@@ -1,0 +1,32 @@
+"""Tilus Fig. 9: grouped bars of speedup over cuBLAS f16."""
+from __future__ import annotations
+
+import seaborn as sns
+
+from experiments.speedup import paper_speedups, side_by_side, speedups
+from harness.figures import comparison, figure
+
+ORDER = ["u8", "f6e3m2", "u4", "i4", "u2", "u1"]
+
+
+@figure("tilus_fig9", experiment="tilus_fig9",
+        caption="Speedup over cuBLAS f16 (same run, same GPU) per weight type; one panel per (K, N) and M. "
+                "Missing bars are points an implementation does not support (see the status table).")
+def fig9(df):
+    d = speedups(df)
+    if d.empty:
+        return None
+    d["shape"] = "K=" + d["K"].astype(str) + " N=" + d["N"].astype(str)
+    order = [o for o in ORDER if o in set(d["weight_dtype"])] + sorted(set(d["weight_dtype"]) - set(ORDER))
+    g = sns.catplot(d, kind="bar", x="weight_dtype", y="speedup", hue="label", col="shape", row="M",
+                    order=order, height=3, aspect=1.5, errorbar=None, sharey=False)
+    for ax in g.axes.flat:
+        ax.axhline(1.0, color="k", lw=0.8)
+    g.set_axis_labels("weight type", "speedup over cuBLAS f16")
+    g.figure.suptitle(f"Tilus Fig. 9 reproduced on {', '.join(sorted(d['gpu'].unique()))}", y=1.02)
+    return g.figure
+
+
+@comparison(experiment="tilus_fig9")
+def vs_paper(df, paper_dir):
+    return side_by_side(speedups(df), paper_speedups(paper_dir, 9), 9)
