@@ -7,19 +7,23 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+ifdef NO_VENV          # use the interpreter as it is (e.g. a GPU image with everything installed)
+PY := $(PYTHON)
+STAMP :=
+endif
 EXPERIMENTS ?= smoke gemm_shapes
 ARGS ?=
 
 .PHONY: reproduce test figures merge venv clean-cpu
 
-venv: $(STAMP)
-$(STAMP): pyproject.toml
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# the small CPU build of torch first; on a GPU machine an installed torch satisfies the range
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "torch==2.13.0" || $(PY) -m pip install -q torch
 	$(PY) -m pip install -q -e ".[test,models]"
-	touch $(STAMP)
+	touch $(VENV)/.installed
 
 reproduce: $(STAMP)
 	@set -e; for e in $(EXPERIMENTS); do \
