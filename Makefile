@@ -39,7 +39,7 @@ merge: $(STAMP)
 	$(PY) -m harness.merge results
 
 test: $(STAMP)
-	TRITON_INTERPRET=1 $(PY) -m pytest -q
+	TRITON_INTERPRET=1 $(PY) -m pytest
 
 clean-cpu:
 	rm -rf results/cpu
