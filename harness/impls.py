@@ -38,8 +38,11 @@ class Problem:
 @dataclass
 class Prepared:
     fn: Callable[[torch.Tensor], torch.Tensor]
-    config: str = ""
+    config: str | Callable[[int], str] = ""     # or M -> config chosen for that M (after a first call)
     tolerance: float | None = None     # None: the default for the activation dtype
+
+    def config_for(self, M: int) -> str:
+        return self.config(M) if callable(self.config) else self.config
 
 
 IMPLS: dict[str, Callable[[Problem], Prepared]] = {}
@@ -79,7 +82,9 @@ def _baseline(name: str):
         if reason:
             raise Unsupported(reason)
         fn = b.prepare(p.weight, p.act)
-        return Prepared(fn, config=getattr(fn, "config", ""), tolerance=getattr(b, "tolerance", None))
+        chosen = getattr(fn, "chosen_config", None)
+        config = (lambda M: str(chosen(M))) if chosen else getattr(fn, "config", name)
+        return Prepared(fn, config=config, tolerance=getattr(b, "tolerance", None))
     return run
 
 

@@ -1,0 +1,61 @@
+"""Small helpers shared by the baseline adapters (no harness imports)."""
+import torch
+
+from kernels import Unavailable, Unsupported
+
+_ACT = {"f16": torch.float16, "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+        "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+
+
+def act_dtype_of(act_dtype):
+    """torch.float16 / torch.bfloat16 from a dtype or a name; None if it is neither."""
+    if isinstance(act_dtype, torch.dtype):
+        return act_dtype if act_dtype in (torch.float16, torch.bfloat16) else None
+    if isinstance(act_dtype, str):
+        return _ACT.get(act_dtype.strip().lower().replace("torch.", ""))
+    return None
+
+
+def act_name(act_dtype):
+    d = act_dtype_of(act_dtype)
+    return {torch.float16: "f16", torch.bfloat16: "bf16"}.get(d, str(act_dtype))
+
+
+def parse_fmt(fmt_name):
+    """WeightFormat or None (the lowbit formats module is imported lazily)."""
+    from kernels.lowbit.formats import parse_format
+
+    try:
+        return parse_format(fmt_name)
+    except ValueError:
+        return None
+
+
+def check_supported(baseline, qw, act_dtype):
+    """Raise Unsupported if the static support table says no, or the weight's act dtype differs."""
+    reason = baseline.supports(qw.fmt.name, qw.group_size, act_dtype)
+    if reason is not None:
+        raise Unsupported(reason)
+    if act_dtype_of(act_dtype) != qw.act_dtype:
+        raise Unsupported(f"weight scales are {qw.act_dtype}, activations requested {act_dtype}")
+
+
+def require_cuda(name, min_cc=(8, 0)):
+    if not torch.cuda.is_available():
+        raise Unavailable(f"{name} needs an NVIDIA GPU with CUDA; none is available here")
+    cc = torch.cuda.get_device_capability()
+    if tuple(cc) < tuple(min_cc):
+        raise Unavailable(f"{name} needs compute capability >= {min_cc[0]}.{min_cc[1]}, device has {cc[0]}.{cc[1]}")
+    return torch.device("cuda")
+
+
+def signed_codes(codes, bits):
+    """Two's complement bit patterns -> signed integers (same dtype)."""
+    return torch.where(codes >= (1 << (bits - 1)), codes - (1 << bits), codes)
+
+
+def check_x(x, act, K):
+    if x.dtype != act:
+        raise ValueError(f"x must be {act}, got {x.dtype}")
+    if x.dim() != 2 or x.shape[1] != K:
+        raise ValueError(f"x must be [M, {K}], got {tuple(x.shape)}")
