@@ -36,8 +36,8 @@ def roofline(df):
     gpus = sorted(set(w["gpu"]))
     fig, axes = plt.subplots(1, len(gpus), figsize=(7.5 * len(gpus), 5), squeeze=False)
     for ax, g in zip(axes[0], gpus):
-        d = w[w["gpu"] == g]
-        sns.scatterplot(d, x="intensity", y="tflops", hue="M", style="weight_dtype", palette="viridis",
+        d = w[w["gpu"] == g].assign(M=lambda t: "M=" + t["M"].astype(str))
+        sns.scatterplot(d, x="intensity", y="tflops", hue="M", style="weight_dtype", palette="deep",
                         ax=ax, s=30, legend="full")
         spec = _gpu_spec(g)
         probe = df[(df["gpu"] == g) & (df["metric"] == "hbm_read_bw")]["value"]
