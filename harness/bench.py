@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from .specs import ExperimentSpec, GpuSpec, ModelCard, Precision
@@ -70,6 +71,7 @@ class Context:
     device: str                    # "cuda" or "cpu"
     seed: int = 0
     timer: Timer | None = None     # created after planning, so planning costs no GPU work
+    artifacts: "Path | None" = None  # where a benchmark may write profiles/traces the report points to
     state: dict = field(default_factory=dict)   # per-job caches (weights, references, probes)
 
     @property

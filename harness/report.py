@@ -57,6 +57,7 @@ def build(results_dir: Path, out: Path) -> Path:
         exp_readme = ROOT / "experiments" / name / "README.md"
         d = df[df["experiment"] == name]
         gpu_d = d[d["device"] == "cuda"]
+        d.attrs["results_dir"] = gpu_d.attrs["results_dir"] = str(results_dir)
         parts.append(f"\n## {name}\n")
         if exp_readme.exists():
             body = exp_readme.read_text().split("\n", 1)[1].strip()

@@ -131,6 +131,7 @@ def run_job(cfg: DictConfig) -> Path:
     prov = {**prov, "git_sha": os.environ.get("HARNESS_GIT_SHA", prov["git_sha"]),
             "git_dirty": os.environ.get("HARNESS_GIT_DIRTY", prov["git_dirty"])}
     t = cfg.timing
+    ctx.artifacts = exp_dir / "artifacts"
     ctx.timer = Timer(ctx.device, t.warmup_ms, t.samples, t.flush_l2, t.flush_mb, t.cuda_graph, t.cpu_samples)
     probe = Point(ctx.experiment.name, ctx.experiment.figure, ctx.model.name, "probe", 0, 0, 0, "", "", -1, "probe")
     setup_metrics = bench.setup(ctx)

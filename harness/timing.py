@@ -146,3 +146,32 @@ def measure_read_bandwidth(timer: Timer, gib: float = 4.0) -> float:
     t = timer(lambda: x.sum(dtype=torch.float32))
     del x
     return 2 * n / (t.median_ms * 1e-3) / 1e12
+
+
+def device_time(fn: Callable[[], object], samples: int, match: Callable[[str], bool] | None = None) -> Timing:
+    """Kernel device time from CUPTI (torch.profiler): for work whose host side is slow or noisy.
+
+    Proton's instrumentation session post-processes every launch on the host (0.2-1.7 s on the
+    H200), so CUDA events around a launch measure the host, not the kernel. Here each of
+    `samples` calls is summed over the kernels it launched (those whose name `match` accepts;
+    all by default). No L2 flush: the flush kernel would be profiled too; overhead ratios
+    compare this timing with itself.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(samples):
+            fn()
+        torch.cuda.synchronize()
+    clock = sm_clock_mhz()
+    ok = match or (lambda name: True)
+    evs = sorted((e for e in prof.events() if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA
+                  and ok(e.name)), key=lambda e: e.time_range.start)
+    durs = [e.time_range.end - e.time_range.start for e in evs]          # microseconds
+    if not durs:
+        raise RuntimeError("the profiler saw no matching kernel")
+    per_call = len(durs) // samples if len(durs) % samples == 0 else 1
+    ts = [sum(durs[i:i + per_call]) / 1e3 for i in range(0, len(durs), per_call)]
+    return Timing(statistics.median(ts), _quantile(ts, 0.1), _quantile(ts, 0.9), len(ts), clock, "cupti-kernel")

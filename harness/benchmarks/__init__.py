@@ -1,2 +1,2 @@
 """Registered benchmarks; importing this package registers them all."""
-from . import matmul  # noqa: F401
+from . import instrumentation, matmul  # noqa: F401

@@ -1,0 +1,279 @@
+"""Intra-kernel instrumentation overhead (Proton Fig. 15) on our kernel suite.
+
+For every kernel of kernels.suite: the kernel without instrumentation, then with
+Proton's instrumentation backend in each configured mode (buffer size,
+granularity, clock32, time_shift), timed in the same job. For the native CUDA
+kernels (native/): the same kernel without and with our own instrumentation
+header. A calibration kernel spins a known number of cycles inside one scope and
+checks the decoded scope time. Every variant is checked against the reference
+before it is timed. Profiles (hatchet trees) and one Chrome trace per kernel are
+written under the experiment's artifacts/ folder.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from kernels import Unavailable, Unsupported
+from ..bench import Context, Metric, Point, register
+from ..specs import ConfigError
+from ..timing import NumericsFail, device_time
+
+NATIVE_PREFIX = "native_"
+
+
+def _mode_params(mode: dict) -> tuple:
+    keys = ("buffer_size", "granularity", "clock32", "time_shift")
+    bad = sorted(set(mode) - set(keys))
+    if bad:
+        raise ConfigError(f"proton mode keys {bad} unknown; valid keys: {list(keys)}")
+    return tuple(sorted(mode.items()))
+
+
+def _scope_metrics(tree, scopes) -> list[Metric]:
+    """Per-scope numbers from a hatchet literal (Proton's tree layout): one metric per (scope, key)."""
+    out: dict[str, float] = {}
+
+    def walk(node, path):
+        name = node.get("frame", {}).get("name", "")
+        here = path + (name,) if name not in ("ROOT",) else path
+        if name in scopes:
+            for k, v in node.get("metrics", {}).items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    out[f"scope/{'/'.join(p for p in here if p in scopes)}/{k}"] = float(v)
+        for c in node.get("children", []):
+            walk(c, here)
+
+    roots = tree if isinstance(tree, list) else [tree]
+    for r in roots:
+        if isinstance(r, dict) and "frame" in r:
+            walk(r, ())
+    return [Metric(k, v, "cycles" if "cycles" in k else "1") for k, v in sorted(out.items())]
+
+
+def _triton_match(impl: str):
+    """Kernel-name filter: the Triton JIT functions defined in the suite kernel's module."""
+    import importlib
+
+    import triton
+    mod = importlib.import_module(f"kernels.suite.{impl}")
+    names = [v.__name__ for v in vars(mod).values() if isinstance(v, triton.runtime.JITFunction)]
+    return lambda n: any(k in n for k in names)
+
+
+def _native_match(name: str):
+    return lambda n: name in n
+
+
+def _save(src: str | Path, dst: Path, compress_over: int = 1 << 20) -> Path:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if os.path.getsize(src) > compress_over:
+        dst = dst.with_name(dst.name + ".gz")
+        with open(src, "rb") as f, gzip.open(dst, "wb") as g:
+            shutil.copyfileobj(f, g)
+    else:
+        shutil.copyfile(src, dst)
+    return dst
+
+
+@register("kernel_instrumentation")
+class KernelInstrumentation:
+    primary_metric = "latency_ms"
+
+    def points(self, ctx: Context) -> list[Point]:
+        from kernels.suite import SUITE
+        exp = ctx.experiment
+        prm = exp.params
+        size = "tiny" if ctx.on_cpu else prm.get("size", "llm")
+        suite = prm.get("suite") or sorted(SUITE)
+        native = prm.get("native") or []
+        for k in suite:
+            if k not in SUITE:
+                raise ConfigError(f"unknown suite kernel {k!r}; valid: {', '.join(sorted(SUITE))}")
+        valid_native = ("matmul", "softmax", "layer_norm")
+        for k in native:
+            if k not in valid_native:
+                raise ConfigError(f"unknown native kernel {k!r}; valid: {', '.join(valid_native)}")
+        modes = [_mode_params(dict(m)) for m in (prm.get("modes") or [{}])]
+        records = [int(r) for r in (prm.get("native_buffer_records") or [1024])]
+
+        def pt(impl, profiler, params=()):
+            return Point(exp.name, exp.figure, "-", size, 0, 0, 0, "", "", -1, impl, profiler, params)
+
+        pts = []
+        for k in suite:
+            pts.append(pt(k, "none"))
+            pts += [pt(k, "proton", m) for m in modes]
+        for k in native:
+            pts.append(pt(NATIVE_PREFIX + k, "none"))
+            pts += [pt(NATIVE_PREFIX + k, "native", (("buffer_records", r),)) for r in records]
+        if native:
+            pts.append(pt(NATIVE_PREFIX + "calibrate", "native",
+                          (("spin_cycles", int(prm.get("spin_cycles", 1_000_000))),)))
+        return pts
+
+    def setup(self, ctx: Context) -> list[Metric]:
+        return []
+
+    def _time(self, ctx: Context, fn, match, plain: bool):
+        """CUPTI kernel time on the GPU for both variants (Proton post-processes every instrumented
+        launch on the host, so events would time the host); the wall clock on the CPU."""
+        if ctx.on_cpu:
+            return ctx.timer(fn)
+        prm = ctx.experiment.params
+        n = int(prm.get("samples_plain", 10) if plain else prm.get("samples_instrumented", 3))
+        return device_time(fn, n, match)
+
+    def run(self, point: Point, ctx: Context) -> list[Metric]:
+        if point.impl.startswith(NATIVE_PREFIX):
+            return self._native(point, ctx)
+        return self._triton(point, ctx)
+
+    # ---- Triton suite under Proton ---------------------------------------------------------------
+    def _inputs(self, ctx, key, make):
+        cache = ctx.state.setdefault("inputs", {})
+        if key not in cache:
+            cache.clear()
+            cache[key] = make()
+        return cache[key]
+
+    def _triton(self, point: Point, ctx: Context) -> list[Metric]:
+        from kernels.suite import SUITE
+        case = SUITE[point.impl]
+        dev = "cpu" if ctx.on_cpu else "cuda"
+        inputs = self._inputs(ctx, (point.impl, point.layer),
+                              lambda: case.make_inputs(point.layer, dev, ctx.seed))
+        if point.profiler == "none":
+            ok, err = case.check(inputs)
+            if not ok:
+                raise NumericsFail(f"max abs error {err:.3g} over tolerance {case.tolerance}")
+            t = self._time(ctx, lambda: case.run(inputs), _triton_match(point.impl), plain=True)
+            return [Metric("latency_ms", t.median_ms, "ms", t.p10_ms, t.p90_ms, t.n, t.sm_clock_mhz),
+                    Metric("max_abs_err", err, "1")]
+        if ctx.on_cpu:
+            raise Unavailable("Proton's instrumentation backend needs a CUDA GPU (scopes raise in the interpreter)")
+        import triton.profiler as proton
+        import triton.profiler.language as pl
+        from kernels.suite.proton_modes import make_mode
+        mode = dict(point.params)
+        pl.enable_semantic("triton")
+        case.run(inputs)                         # compile the plain variant outside the session
+        tag = point.impl + "".join(f"__{k}-{v}" for k, v in point.params)
+        tmp = Path(ctx.artifacts or ".") / "tmp" / tag
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        proton.start(str(tmp), backend="instrumentation", mode=make_mode(**mode), data="tree")
+        try:
+            out = case.run(inputs, instrument=True)
+            ok, err = case.check(inputs, out)
+            if not ok:
+                raise NumericsFail(f"instrumented: max abs error {err:.3g} over tolerance {case.tolerance}")
+            t = self._time(ctx, lambda: case.run(inputs, instrument=True), _triton_match(point.impl), plain=False)
+        finally:
+            proton.finalize()
+        ms = [Metric("latency_ms", t.median_ms, "ms", t.p10_ms, t.p90_ms, t.n, t.sm_clock_mhz, make_mode(**mode)),
+              Metric("max_abs_err", err, "1")]
+        files = sorted(tmp.parent.glob(tmp.name + "*"))
+        if files:
+            tree = json.loads(Path(files[-1]).read_text())
+            ms += _scope_metrics(tree, set(case.scopes))
+            if not point.params and ctx.artifacts:           # default mode: keep its tree and one trace
+                _save(files[-1], ctx.artifacts / "proton" / f"{point.impl}.hatchet")
+                ms.append(Metric("profile_bytes", os.path.getsize(files[-1]), "B"))
+                self._proton_trace(case, inputs, mode, ctx.artifacts / "proton" / f"{point.impl}.chrome_trace.json")
+        shutil.rmtree(tmp.parent, ignore_errors=True)
+        return ms
+
+    def _proton_trace(self, case, inputs, mode, dst: Path) -> None:
+        import triton.profiler as proton
+        from kernels.suite.proton_modes import make_mode
+        stem = dst.parent / "tmp_trace" / dst.stem
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        proton.start(str(stem), backend="instrumentation", mode=make_mode(**mode), data="trace")
+        try:
+            case.run(inputs, instrument=True)
+            torch.cuda.synchronize()
+        finally:
+            proton.finalize()
+        files = sorted(stem.parent.glob(stem.name + "*"))
+        if files:
+            _save(files[-1], dst)
+        shutil.rmtree(stem.parent, ignore_errors=True)
+
+    # ---- native CUDA kernels with native/include/instrument.cuh ----------------------------------
+    def _native(self, point: Point, ctx: Context) -> list[Metric]:
+        if ctx.on_cpu:
+            raise Unavailable("native CUDA kernels need a GPU (their sources are compile-checked in the tests)")
+        from native import decode as dec
+        from native import native_kernels as nk
+        name = point.impl[len(NATIVE_PREFIX):]
+        prm = dict(point.params)
+        if name == "calibrate":
+            return self._calibrate(prm["spin_cycles"], ctx)
+        inputs = self._inputs(ctx, (name, point.layer), lambda: nk.make_inputs(name, point.layer, "cuda", ctx.seed))
+        ref = nk.reference(name, inputs)
+        tol = nk.suite_case(name).tolerance
+
+        def check(out):
+            from kernels.suite import compare
+            ok, err = compare(out, ref, tol)
+            if not ok:
+                raise NumericsFail(f"max abs error {err:.3g} over tolerance {tol}")
+            return err
+
+        if point.profiler == "none":
+            out, _ = nk.run(name, inputs, instrument=False)
+            err = check(out)
+            t = self._time(ctx, lambda: nk.run(name, inputs, instrument=False), _native_match(name), plain=True)
+            return [Metric("latency_ms", t.median_ms, "ms", t.p10_ms, t.p90_ms, t.n, t.sm_clock_mhz),
+                    Metric("max_abs_err", err, "1")]
+        records = prm["buffer_records"]
+        out, raw = nk.run(name, inputs, instrument=True, buffer_records=records)
+        err = check(out)
+        words, _, _ = nk.buffer_words(name, inputs, records)
+        buf = torch.empty(words, dtype=torch.int32, device="cuda")
+        t = self._time(ctx, lambda: nk.run(name, inputs, instrument=True, buffer_records=records, host=False,
+                                           buffer=buf, clear=False), _native_match(name), plain=False)
+        prof = dec.decode(raw, nk.SCOPES[name], kernel=nk.KERNEL_NAMES[name])
+        ms = [Metric("latency_ms", t.median_ms, "ms", t.p10_ms, t.p90_ms, t.n, t.sm_clock_mhz,
+                     f"buffer_records={records}"),
+              Metric("max_abs_err", err, "1"),
+              Metric("dropped_records", prof.dropped, "records"),
+              Metric("kernel_span_ms", prof.kernel_span_ns() / 1e6, "ms")]
+        ms += _scope_metrics(prof.tree(), set(nk.SCOPES[name]))
+        if ctx.artifacts:
+            d = ctx.artifacts / "native"
+            d.mkdir(parents=True, exist_ok=True)
+            prof.write_tree(str(d / f"{name}.hatchet"))
+            _save(prof.write_trace(str(d / f"{name}.tmp.json"), max_blocks=8), d / f"{name}.chrome_trace.json")
+            os.remove(d / f"{name}.tmp.json")
+        return ms
+
+    def _calibrate(self, spin_cycles: int, ctx: Context) -> list[Metric]:
+        """Known work inside one scope: the decoded scope length must match it; and the decoded
+        kernel span (first block start to last block end) must agree with the event-timed kernel."""
+        from native import decode as dec
+        from native import native_kernels as nk
+        inputs = nk.make_inputs("calibrate", "llm", "cuda")
+        inputs["spin_cycles"] = spin_cycles
+        out, raw = nk.run("calibrate", inputs, instrument=True, buffer_records=16)
+        prof = dec.decode(raw, nk.SCOPES["calibrate"], kernel=nk.KERNEL_NAMES["calibrate"])
+        tot = prof.scope_totals().get("spin")
+        if not tot:
+            raise NumericsFail("calibration scope 'spin' missing from the decoded buffer")
+        per_warp = tot["normalized_cycles"] / max(tot["count"] / max(tot["warps"], 1), 1)
+        err_scope = abs(per_warp - spin_cycles) / spin_cycles
+        words, _, _ = nk.buffer_words("calibrate", inputs, 16)
+        buf = torch.empty(words, dtype=torch.int32, device="cuda")
+        t = self._time(ctx, lambda: nk.run("calibrate", inputs, instrument=True, buffer_records=16, host=False,
+                                           buffer=buf, clear=False), _native_match("calibrate"), plain=False)
+        span_ms = prof.kernel_span_ns() / 1e6
+        return [Metric("calib_scope_cycles", per_warp, "cycles"),
+                Metric("calib_scope_err", err_scope, "1"),
+                Metric("latency_ms", t.median_ms, "ms", t.p10_ms, t.p90_ms, t.n, t.sm_clock_mhz),
+                Metric("kernel_span_ms", span_ms, "ms"),
+                Metric("calib_span_vs_events_err", abs(span_ms - t.median_ms) / t.median_ms, "1")]

@@ -1,0 +1,14 @@
+// Host launchers of the native kernels (defined in native/kernels/*.cu, bound in native/bindings.cpp).
+// `prof` == nullptr launches the uninstrumented instantiation; otherwise records go to `prof`
+// (sized by instr_buffer_words) with `capacity` records per warp. Returns 0 or a cudaError_t.
+#pragma once
+#include <cstdint>
+
+int native_matmul_f16(const void *a, const void *b, float *c, int M, int N, int K,
+                      uint32_t *prof, uint32_t capacity, void *stream);
+int native_softmax_f16(const void *x, void *y, int rows, int cols, uint32_t *prof, uint32_t capacity,
+                       void *stream);
+int native_layer_norm_f16(const void *x, const void *w, const void *b, void *y, int rows, int cols,
+                          float eps, uint32_t *prof, uint32_t capacity, void *stream);
+int native_calibrate(uint64_t spin_cycles, int blocks, int threads, unsigned long long *sink,
+                     uint32_t *prof, uint32_t capacity, void *stream);

@@ -1,0 +1,120 @@
+"""Python launchers of the native instrumented CUDA kernels.
+
+    from native import native_kernels as nk
+    inputs = nk.make_inputs("matmul", "llm", "cuda", seed=0)       # same inputs as kernels.suite
+    out, raw = nk.run("matmul", inputs, instrument=True, buffer_records=2048)
+    from native import decode
+    prof = decode.decode(raw, nk.SCOPES["matmul"], kernel="native_matmul")
+
+run() returns (output tensor, raw profile buffer as a numpy uint32 array, or None when not
+instrumented). Kernels: matmul (fp16 x fp16 -> fp32, M,N % 128 == 0, K % 32 == 0), softmax and
+layer_norm (fp16, cols <= 8192), calibrate (inputs {"spin_cycles", "blocks", "threads"}).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from kernels import Unsupported
+
+# scope id -> name, in id order, matching the enums in native/kernels/*.cu
+SCOPES = {
+    "matmul": ("loop", "load", "mma", "store"),
+    "softmax": ("load", "reduce", "store"),
+    "layer_norm": ("load", "stats", "normalize_store"),
+    "calibrate": ("spin",),
+}
+KERNEL_NAMES = {k: f"native_{k}" for k in SCOPES}
+_SUITE_NAME = {"matmul": "matmul", "softmax": "fused_softmax", "layer_norm": "layer_norm"}
+THREADS = {"matmul": 256, "softmax": 256, "layer_norm": 256}
+
+
+def suite_case(name: str):
+    from kernels.suite import SUITE
+    return SUITE[_SUITE_NAME[name]]
+
+
+def make_inputs(name: str, size: str, device, seed: int = 0) -> dict:
+    """Inputs for a native kernel: the suite case's inputs ('tiny' is too small for matmul tiles;
+    use size='llm' or build your own multiples of 128)."""
+    if name == "calibrate":
+        return {"spin_cycles": 1_000_000, "blocks": 264, "threads": 128}
+    return suite_case(name).make_inputs(size, device, seed)
+
+
+def reference(name: str, inputs: dict):
+    return suite_case(name).reference(inputs)
+
+
+def buffer_words(name: str, inputs: dict, buffer_records: int) -> tuple[int, int, int]:
+    """(total uint32 words, blocks, warps per block) of the profile buffer for this launch."""
+    from native.decode import block_words
+    if name == "matmul":
+        m, n = inputs["a"].shape[0], inputs["b"].shape[1]
+        blocks, warps = (m // 128) * (n // 128), 8
+    elif name in ("softmax", "layer_norm"):
+        blocks, warps = inputs["x"].shape[0], 8
+    elif name == "calibrate":
+        blocks, warps = inputs["blocks"], (inputs["threads"] + 31) // 32
+    else:
+        raise Unsupported(f"unknown native kernel {name!r}")
+    return blocks * block_words(warps, buffer_records), blocks, warps
+
+
+def run(name: str, inputs: dict, instrument: bool = False, buffer_records: int = 1024, *,
+        host: bool = True, buffer=None, clear: bool = True):
+    """Launch native kernel `name`. With instrument=True the instrumented instantiation writes
+    `buffer_records` records per warp (circular) into a profile buffer (allocated here unless
+    `buffer`, an int32 cuda tensor of at least buffer_words(...)[0] words, is given; clear=False skips
+    zeroing a given buffer -- fine for timing loops, since every launch rewrites all headers and counts).
+    Returns (output, raw): raw is a numpy uint32 copy (host=True) or the device tensor (host=False)."""
+    import torch
+    from native.build import build
+    if name not in SCOPES:
+        raise Unsupported(f"unknown native kernel {name!r}")
+    mod = build()
+    if instrument:
+        if buffer_records < 1:
+            raise ValueError("buffer_records must be >= 1")
+        words, _, _ = buffer_words(name, inputs, buffer_records)
+        if buffer is None:
+            prof = torch.zeros(words, dtype=torch.int32, device="cuda")
+        else:
+            if buffer.numel() < words:
+                raise ValueError(f"profile buffer too small: {buffer.numel()} < {words} words")
+            prof = buffer
+            if clear:
+                prof[:words].zero_()
+    else:
+        prof = torch.empty(0, dtype=torch.int32, device="cuda")
+    cap = int(buffer_records) if instrument else 0
+
+    if name == "matmul":
+        a, b = inputs["a"].contiguous(), inputs["b"].contiguous()
+        m, k = a.shape
+        n = b.shape[1]
+        if m % 128 or n % 128 or k % 32:
+            raise Unsupported(f"native matmul needs M, N % 128 == 0 and K % 32 == 0, got {m}x{n}x{k}")
+        out = torch.empty((m, n), dtype=torch.float32, device=a.device)
+        mod.matmul(a, b, out, prof, cap)
+    elif name == "softmax":
+        x = inputs["x"].contiguous()
+        if x.shape[1] > 8192:
+            raise Unsupported("native softmax supports cols <= 8192")
+        out = torch.empty_like(x)
+        mod.softmax(x, out, prof, cap)
+    elif name == "layer_norm":
+        x = inputs["x"].contiguous()
+        if x.shape[1] > 8192:
+            raise Unsupported("native layer_norm supports cols <= 8192")
+        out = torch.empty_like(x)
+        mod.layer_norm(x, inputs["weight"].contiguous(), inputs["bias"].contiguous(), out, float(inputs["eps"]),
+                       prof, cap)
+    else:  # calibrate
+        out = torch.zeros(inputs["blocks"], dtype=torch.int64, device="cuda")
+        mod.calibrate(int(inputs["spin_cycles"]), int(inputs["blocks"]), int(inputs["threads"]), out, prof, cap)
+    if not instrument:
+        return out, None
+    if host:
+        torch.cuda.synchronize()
+        return out, prof[:buffer_words(name, inputs, buffer_records)[0]].cpu().numpy().view(np.uint32)
+    return out, prof

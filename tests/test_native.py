@@ -1,0 +1,183 @@
+"""CPU tests of native/: nvcc compile check, header/decoder layout agreement, decoder on synthetic buffers."""
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernels import Unavailable
+from native import build, decode as D
+from native.native_kernels import SCOPES
+
+HEADER = Path(build.ROOT / "include" / "instrument.cuh").read_text()
+
+
+def test_compile_check_with_local_nvcc():
+    if build.find_nvcc() is None:
+        pytest.skip("nvcc not on PATH / CUDA_HOME")
+    res = build.compile_check()
+    assert set(res) == {"matmul.cu", "softmax.cu", "layer_norm.cu", "calibrate.cu"}
+    bad = {k: msg for k, (ok, msg) in res.items() if not ok}
+    assert not bad, bad
+
+
+def test_build_unavailable_without_gpu():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("GPU present")
+    with pytest.raises(Unavailable):
+        build.build()
+
+
+@pytest.mark.parametrize("macro,value", [("INSTR_MAGIC", D.MAGIC), ("INSTR_BLOCK_HEADER_WORDS", D.BLOCK_HEADER_WORDS),
+                                         ("INSTR_WARP_HEADER_WORDS", D.WARP_HEADER_WORDS),
+                                         ("INSTR_RECORD_WORDS", D.RECORD_WORDS), ("INSTR_END_FLAG", D.END_FLAG),
+                                         ("INSTR_FLAG_GLOBALTIMER", D.FLAG_GLOBALTIMER)])
+def test_header_and_decoder_agree(macro, value):
+    m = re.search(rf"#define {macro} (0x[0-9A-Fa-f]+|\d+)u?", HEADER)
+    assert m, macro
+    assert int(m.group(1), 0) == value
+    assert D.MAGIC.to_bytes(4, "little") == b"INST"
+
+
+def test_scope_ids_match_kernel_enums():
+    src = {"matmul": "S_LOOP = 0, S_LOAD = 1, S_MMA = 2, S_STORE = 3", "softmax": "S_LOAD = 0, S_REDUCE = 1, S_STORE = 2",
+           "layer_norm": "S_LOAD = 0, S_STATS = 1, S_NORM_STORE = 2"}
+    for k, enum in src.items():
+        assert enum in (build.ROOT / "kernels" / f"{k}.cu").read_text()
+        assert len(SCOPES[k]) == enum.count("=")
+
+
+# ---------------------------------------------------------------- synthetic buffers
+
+LD, MM, ST, GAP = 100, 300, 50, 10
+
+
+def warp_events(t0, iters):
+    """loop{ load, mma } x iters, then store: the matmul kernel's scope pattern."""
+    ev, t = [(0, False, t0)], t0 + 5
+    for _ in range(iters):
+        ev += [(1, False, t), (1, True, t + LD), (2, False, t + LD + 2), (2, True, t + LD + 2 + MM)]
+        t += LD + MM + GAP
+    ev += [(0, True, t), (3, False, t + 1), (3, True, t + 1 + ST)]
+    return ev
+
+
+def make_blocks(nblocks, nwarps, iters, wrap=True):
+    c0 = (1 << 32) - 700 if wrap else 1000  # clock crosses 2**32 inside the block
+    return [dict(block_id=b, sm_id=(7 * b) % 5, clock_start=c0 + b, clock_end=c0 + 10**6,
+                 gtime_start=5 * 10**9 + 1000 * b, gtime_end=5 * 10**9 + 10**6,
+                 warps=[warp_events(c0 + 20 + 3 * w, iters) for w in range(nwarps)]) for b in range(nblocks)]
+
+
+NAMES = SCOPES["matmul"]
+
+
+def test_tree_exact_cycles():
+    nb, nw, it = 3, 4, 5
+    raw = D.encode(make_blocks(nb, nw, it), capacity=64, num_warps=nw)
+    p = D.decode(raw, NAMES, "native_matmul")
+    assert (p.dropped, p.unmatched, p.missing_blocks) == (0, 0, 0)
+    t = p.scope_totals()
+    warps = nb * nw
+    assert t["loop/load"]["cycles"] == warps * it * LD and t["loop/load"]["count"] == warps * it
+    assert t["loop/mma"]["cycles"] == warps * it * MM
+    assert t["store"]["cycles"] == warps * ST and t["store"]["normalized_cycles"] == ST
+    assert t["loop"]["cycles"] == warps * (5 + it * (LD + MM + GAP))
+    assert t["loop"]["warps"] == warps
+
+
+def test_tree_is_hatchet_literal():
+    raw = D.encode(make_blocks(2, 2, 3), capacity=64, num_warps=2)
+    p = D.decode(raw, NAMES, "native_matmul")
+    info = {"CUDA": {"0": {"clock_rate": 1980000, "memory_clock_rate": 3201000, "bus_width": 6144,
+                           "arch": "90", "num_sms": 132}}}
+    tree = json.loads(json.dumps(p.tree(info)))  # JSON-serialisable
+    assert len(tree) == 2 and tree[1] == info
+    root = tree[0]
+    assert root["frame"] == {"name": "ROOT", "type": "function"}
+    assert set(root["metrics"]) == {"cycles", "normalized_cycles"}
+    (kern,) = root["children"]
+    assert kern["frame"]["name"] == "native_matmul"
+    by_name = {c["frame"]["name"]: c for c in kern["children"]}
+    assert set(by_name) == {"loop", "store"}
+    assert {c["frame"]["name"] for c in by_name["loop"]["children"]} == {"load", "mma"}
+    m = by_name["store"]["metrics"]
+    assert m["cycles"] == 4 * ST and m["device_id"] == "0" and isinstance(m["device_type"], str)
+
+    def walk(n):  # every node has frame/metrics/children, as hatchet's from_literal expects
+        assert set(n) == {"frame", "metrics", "children"}
+        for c in n["children"]:
+            walk(c)
+    walk(root)
+    hatchet = pytest.importorskip("hatchet")
+    gf = hatchet.GraphFrame.from_literal(tree[:1])
+    assert len(gf.graph) >= 5
+
+
+def test_chrome_trace():
+    nb, nw, it = 2, 3, 2
+    raw = D.encode(make_blocks(nb, nw, it), capacity=64, num_warps=nw)
+    p = D.decode(raw, NAMES, "native_matmul")
+    tr = json.loads(json.dumps(p.chrome_trace(clock_ghz=2.0)))
+    xs = [e for e in tr["traceEvents"] if e["ph"] == "X"]
+    assert len(xs) == nb * nw * (2 * it + 2)
+    tracks = {(e["pid"], e["tid"]) for e in xs}
+    assert len(tracks) == nb * nw  # one track per warp
+    names = {e["args"]["name"] for e in tr["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert "block 1 warp 2" in names
+    store = [e for e in xs if e["name"] == "store"]
+    assert all(abs(e["dur"] - ST / 2.0 / 1000) < 1e-9 for e in store)  # 50 cycles at 2 GHz = 0.025 us
+    assert min(e["ts"] for e in xs) >= 0
+    assert tr["otherData"]["dropped_records"] == 0
+    assert len([e for e in D.decode(raw, NAMES).chrome_trace(max_blocks=1)["traceEvents"] if e["ph"] == "X"]) \
+        == nw * (2 * it + 2)
+
+
+def test_overflow_circular_drop_counting():
+    nb, nw, it, cap = 2, 2, 10, 16
+    per_warp = 1 + 4 * it + 3  # 44 records
+    raw = D.encode(make_blocks(nb, nw, it), capacity=cap, num_warps=nw)
+    p = D.decode(raw, NAMES, "k")
+    assert p.dropped == nb * nw * (per_warp - cap) == D.dropped_records(raw)
+    assert p.records == nb * nw * cap
+    t = p.scope_totals()
+    # the newest records survive: the store scope and the last mma iterations, still under "loop"
+    assert t["store"]["cycles"] == nb * nw * ST
+    assert t["loop/mma"]["cycles"] % MM == 0 and "loop/load" in t
+    assert "loop" not in t  # its enter was overwritten: loop exit is unmatched
+    assert p.unmatched >= nb * nw
+    assert p.chrome_trace()["otherData"]["dropped_records"] == p.dropped
+
+
+def test_missing_block_and_globaltimer_mode():
+    blocks = make_blocks(3, 2, 1, wrap=False)
+    blocks[2]["missing"] = True
+    for b in blocks:
+        b["flags"] = D.FLAG_GLOBALTIMER
+        b["clock_start"] = b["gtime_start"]
+        b["warps"] = [warp_events(b["gtime_start"] + 10, 1) for _ in range(2)]
+    raw = D.encode(blocks, capacity=32, num_warps=2)
+    p = D.decode(raw, NAMES)
+    assert p.missing_blocks == 1 and p.timer == "globaltimer"
+    assert p.scope_totals()["store"]["time (ns)"] == 2 * 2 * ST
+    assert p.ns_per_unit() == 1.0
+
+
+def test_calibration_like_decode():
+    spin = 1_000_000
+    blocks = [dict(block_id=b, sm_id=b, clock_start=10, clock_end=10 + spin + 100, gtime_start=0,
+                   gtime_end=(spin + 100) // 2, warps=[[(0, False, 50), (0, True, 50 + spin + 7)]] * 4)
+              for b in range(3)]
+    p = D.decode(D.encode(blocks, capacity=4, num_warps=4), SCOPES["calibrate"], "native_calibrate")
+    t = p.scope_totals()["spin"]
+    assert t["normalized_cycles"] == spin + 7
+    assert abs(p.ns_per_unit() - 0.5) < 1e-3  # 2 GHz from the headers
+
+
+def test_raw_bytes_and_bad_buffer():
+    raw = D.encode(make_blocks(1, 1, 1), capacity=8, num_warps=1)
+    assert D.decode(raw.tobytes(), NAMES).scope_totals() == D.decode(raw, NAMES).scope_totals()
+    with pytest.raises(ValueError):
+        D.decode(np.zeros(64, dtype=np.uint32), NAMES)
