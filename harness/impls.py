@@ -29,6 +29,7 @@ class Problem:
     weight: Any                   # torch.Tensor [K, N] (dense) or kernels.lowbit QuantizedWeight
     device: str
     seconds: Callable[[Callable[[], object]], float] | None = None   # timer handed to autotuners
+    tune_per_path: int = 2        # autotune budget: the first n candidates of each kernel path
 
     @property
     def act(self) -> torch.dtype:
@@ -68,10 +69,18 @@ def triton_lowbit(p: Problem) -> Prepared:
     if p.precision.kind == "dense":
         raise Unsupported("triton_lowbit is a low-bit kernel; dense weights run on cublas")
     from kernels.lowbit import triton_matmul as tm
-    prepared = tm.prepare(p.weight)
-    x0 = torch.randn(p.M, p.K, dtype=p.act, device=p.device)
-    cfg = tm.autotune(x0, prepared, p.seconds) if p.seconds else tm.choose_config(p.M, p.K, p.N, p.weight.fmt)
-    return Prepared(lambda x: tm.lowbit_matmul(x, prepared, cfg), config=tm.config_str(cfg))
+    pw = tm.prepare(p.weight)
+    if p.seconds and p.tune_per_path > 0:     # a small recorded space: the first candidates of each path
+        cands, per = [], {}
+        for c in tm.configs_for(p.M, p.K, p.N, p.weight.fmt, pw.group):
+            per[c.path] = per.get(c.path, 0) + 1
+            if per[c.path] <= p.tune_per_path:
+                cands.append(c)
+        x0 = torch.randn(p.M, p.K, dtype=p.act, device=p.device)
+        cfg = tm.autotune(x0, pw, p.seconds, cands)
+    else:
+        cfg = tm.choose_config(p.M, pw)
+    return Prepared(lambda x: tm.lowbit_matmul(x, pw, cfg), config=tm.config_str(cfg))
 
 
 def _baseline(name: str):

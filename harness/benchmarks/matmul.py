@@ -91,7 +91,7 @@ class WeightOnlyMatmul:
                 from kernels.lowbit.formats import dequantize_ref, parse_format, random_quantized
                 w = random_quantized(point.K, point.N, parse_format(prec.name), prec.group_size, act,
                                      seed=ctx.seed + point.K * 7 + point.N, device=dev)
-                w64 = dequantize_ref(w).to(dev)
+                w64 = dequantize_ref(w, device=dev)
             cache[key] = (w, w64)
         return cache[key]
 
@@ -104,7 +104,8 @@ class WeightOnlyMatmul:
         kspec = KernelSpec.load(point.impl)
         t0 = time.perf_counter()
         prepared = get(kspec.impl)(Problem(point.M, point.K, point.N, prec, w, dev,
-                                           seconds=ctx.timer.seconds if not ctx.on_cpu else None))
+                                           seconds=ctx.timer.seconds if not ctx.on_cpu else None,
+                                           tune_per_path=int(ctx.experiment.params.get("tune_per_path", 2))))
         act = TORCH_DTYPES[prec.act_dtype]
         prepared.fn(torch.randn(point.M, point.K, dtype=act, device=dev))   # first call: per-M tuning
         if dev == "cuda":
