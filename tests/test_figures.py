@@ -50,3 +50,39 @@ def test_cpu_rows_are_never_drawn_as_performance(tmp_path):
     text = build(tmp_path, tmp_path / "REPORT.md").read_text()
     assert "gemm_shapes_roofline" not in text
     assert "No GPU results are committed for this experiment yet" in text
+
+
+def test_proton_fig15_overhead_and_timeline_from_a_decoded_buffer(tmp_path):
+    """Overhead bars from tidy rows, and the warp timeline from a trace our native decoder wrote."""
+    from native import decode
+
+    exp = tmp_path / "h200" / "proton_fig15"
+    w = ShardWriter(exp / "shards" / "fx.csv")
+    for kernel, plain, inst in (("layer_norm", 0.100, 0.117), ("matmul", 1.50, 1.52), ("native_matmul", 2.0, 2.02)):
+        for prof, ms, params in (("none", plain, ""), ("proton" if "native" not in kernel else "native", inst,
+                                                          "" if "native" not in kernel else '{"buffer_records": 8}')):
+            w.write_point([dict(experiment="proton_fig15", figure="proton_fig15", model="-", layer="llm", impl=kernel,
+                                profiler=prof, params=params, metric="latency_ms", value=ms, unit="ms", status="ok",
+                                device="cuda", gpu_name="fixture", point_hash=f"{kernel}{prof}",
+                                ts_utc="2026-01-01")])
+    merge(exp)
+    # two warps of one block entering load then mma, decoded and written as a Chrome trace
+    warps = [[(0, False, 100), (0, True, 400), (1, False, 420), (1, True, 900)],
+             [(0, False, 110), (0, True, 380), (1, False, 400), (1, True, 950)]]
+    raw = decode.encode([dict(block_id=0, sm_id=3, clock_start=0, clock_end=1000, gtime_start=0, gtime_end=500,
+                              warps=warps)], capacity=8, num_warps=2)
+    prof = decode.decode(raw, ("load", "mma"), kernel="native_matmul")
+    art = exp / "artifacts" / "native"
+    art.mkdir(parents=True)
+    prof.write_trace(str(art / "matmul.chrome_trace.json"))
+    paper = tmp_path / "paper"
+    paper.mkdir()
+    import shutil
+    from pathlib import Path
+    shutil.copy(Path(__file__).resolve().parent.parent / "results" / "paper" / "proton_instrumentation.csv", paper)
+    text = build(tmp_path, tmp_path / "REPORT.md").read_text()
+    assert (tmp_path / "figures" / "proton_fig15.png").exists()
+    assert (tmp_path / "figures" / "proton_fig15_timeline.png").exists()
+    assert "paper GH200" in text and "ours h200 default" in text
+    row = [l for l in text.splitlines() if l.startswith("| layer_norm |")][0]
+    assert "1.17" in row                     # ours: 0.117 / 0.100; paper GH200: 1.173

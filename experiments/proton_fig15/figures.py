@@ -41,7 +41,8 @@ def fig15(df):
     o = overheads(df)
     if o.empty:
         return None
-    o = o.assign(who=lambda t: t["profiler"] + " " + t["mode"] + " (" + t["gpu"] + ")")
+    o = o.assign(who=lambda t: t.apply(lambda r: ("our native header" if r["profiler"] == "native"
+                                                  else f"proton {r['mode']}") + f" ({r['gpu']})", axis=1))
     paper_path = Path(df.attrs.get("results_dir", "results")) / "paper" / "proton_instrumentation.csv"
     rows = [o[["impl", "who", "overhead"]]]
     if paper_path.exists():

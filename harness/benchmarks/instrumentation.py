@@ -181,14 +181,17 @@ class KernelInstrumentation:
         if files:
             tree = json.loads(Path(files[-1]).read_text())
             ms += _scope_metrics(tree, set(case.scopes))
-            if not point.params and ctx.artifacts:           # default mode: keep its tree and one trace
+            if not point.params and ctx.artifacts:           # default mode: keep its tree (and a trace)
                 _save(files[-1], ctx.artifacts / "proton" / f"{point.impl}.hatchet")
                 ms.append(Metric("profile_bytes", os.path.getsize(files[-1]), "B"))
-                self._proton_trace(case, inputs, mode, ctx.artifacts / "proton" / f"{point.impl}.chrome_trace.json")
+                traces = ctx.experiment.params.get("proton_traces")
+                if traces is None or point.impl in traces:
+                    ms.append(self._proton_trace(case, inputs, mode,
+                                                 ctx.artifacts / "proton" / f"{point.impl}.chrome_trace.json"))
         shutil.rmtree(tmp.parent, ignore_errors=True)
         return ms
 
-    def _proton_trace(self, case, inputs, mode, dst: Path) -> None:
+    def _proton_trace(self, case, inputs, mode, dst: Path) -> Metric:
         import triton.profiler as proton
         from kernels.suite.proton_modes import make_mode
         stem = dst.parent / "tmp_trace" / dst.stem
@@ -200,9 +203,12 @@ class KernelInstrumentation:
         finally:
             proton.finalize()
         files = sorted(stem.parent.glob(stem.name + "*"))
-        if files:
-            _save(files[-1], dst)
+        if not files:
+            raise RuntimeError("Proton wrote no trace file")
+        size = os.path.getsize(files[-1])
+        _save(files[-1], dst)
         shutil.rmtree(stem.parent, ignore_errors=True)
+        return Metric("trace_bytes", size, "B")
 
     # ---- native CUDA kernels with native/include/instrument.cuh ----------------------------------
     def _native(self, point: Point, ctx: Context) -> list[Metric]:
