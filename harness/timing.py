@@ -148,18 +148,21 @@ def measure_read_bandwidth(timer: Timer, gib: float = 4.0) -> float:
     return 2 * n / (t.median_ms * 1e-3) / 1e12
 
 
-def device_time(fn: Callable[[], object], samples: int, match: Callable[[str], bool] | None = None) -> Timing:
+def device_time(fn: Callable[[], object], samples: int, match: Callable[[str], bool] | None = None,
+                warm: bool = True) -> Timing:
     """Kernel device time from CUPTI (torch.profiler): for work whose host side is slow or noisy.
 
     Proton's instrumentation session post-processes every launch on the host (0.2-1.7 s on the
     H200), so CUDA events around a launch measure the host, not the kernel. Here each of
     `samples` calls is summed over the kernels it launched (those whose name `match` accepts;
     all by default). No L2 flush: the flush kernel would be profiled too; overhead ratios
-    compare this timing with itself.
+    compare this timing with itself. `warm=False` skips the warm-up call (the caller already
+    ran fn, e.g. for its correctness check).
     """
     from torch.profiler import ProfilerActivity, profile
 
-    fn()
+    if warm:
+        fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(samples):

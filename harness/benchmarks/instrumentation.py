@@ -127,7 +127,7 @@ class KernelInstrumentation:
             return ctx.timer(fn)
         prm = ctx.experiment.params
         n = int(prm.get("samples_plain", 10) if plain else prm.get("samples_instrumented", 3))
-        return device_time(fn, n, match)
+        return device_time(fn, n, match, warm=plain)     # instrumented variants ran once for their check
 
     def run(self, point: Point, ctx: Context) -> list[Metric]:
         if point.impl.startswith(NATIVE_PREFIX):
