@@ -32,11 +32,20 @@ class FigureDef:
 
 FIGURES: dict[str, FigureDef] = {}
 COMPARISONS: dict[str, Callable[[pd.DataFrame, Path], pd.DataFrame]] = {}
+TABLES: dict[str, tuple[str, Callable[[pd.DataFrame], pd.DataFrame]]] = {}   # name -> (experiment, fn)
 
 
 def figure(name: str, experiment: str, caption: str = "", cpu_ok: bool = False):
     def deco(fn):
         FIGURES[name] = FigureDef(name, experiment, fn, caption, cpu_ok)
+        return fn
+    return deco
+
+
+def table(title: str, experiment: str):
+    """A table of the report computed from the rows (targets, breakdowns): df -> DataFrame."""
+    def deco(fn):
+        TABLES[title] = (experiment, fn)
         return fn
     return deco
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from harness.figures import comparison, figure
+from harness.figures import comparison, figure, table
 
 PAPER_NAME = {"moe_matmul": "matmul_ogs"}
 
@@ -75,7 +75,9 @@ def _load_trace(path: Path) -> dict:
 
 @figure("proton_fig15_timeline", experiment="proton_fig15",
         caption="One native kernel's warps through time, decoded from our instrumentation buffer (the same "
-                "Chrome trace opens in Perfetto). Each row is one warp of one block; colours are scopes.")
+                "Chrome trace opens in Perfetto). Each row is one warp of one block; colours are scopes. The "
+                "buffer is circular: a warp that recorded more than its capacity keeps its newest records, and "
+                "the rows count what was dropped (`dropped_records`).")
 def timeline(df):
     root = Path(df.attrs.get("results_dir", "results"))
     for gpu in sorted(df["gpu"].unique()):
@@ -118,3 +120,10 @@ def vs_paper(df, paper_dir):
     geo = {c: float(np.exp(np.log(t[c].dropna()).mean())) for c in t.columns if t[c].notna().any()}
     t.loc["geomean"] = pd.Series(geo)
     return t.reset_index().rename(columns={"index": "kernel"})
+
+
+@table("Native instrumentation: calibration and buffer use", experiment="proton_fig15")
+def native_checks(df):
+    keys = ["calib_scope_cycles", "calib_scope_err", "calib_span_vs_events_err", "kernel_span_ms", "dropped_records"]
+    d = df[df["metric"].isin(keys) & (df["status"] == "ok")]
+    return d.pivot_table(index="impl", columns="metric", values="value").reset_index()

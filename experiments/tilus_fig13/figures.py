@@ -4,7 +4,7 @@ from __future__ import annotations
 import seaborn as sns
 
 from experiments.speedup import paper_speedups, side_by_side, speedups
-from harness.figures import comparison, figure
+from harness.figures import comparison, figure, table
 
 
 @figure("tilus_fig13", experiment="tilus_fig13",
@@ -26,3 +26,10 @@ def fig13(df):
 @comparison(experiment="tilus_fig13")
 def vs_paper(df, paper_dir):
     return side_by_side(speedups(df), paper_speedups(paper_dir, 13), 13)
+
+
+@table("Large-M target of issue 3 (within 10% of cuBLAS f16 at M >= 2048)", experiment="tilus_fig13")
+def large_m(df):
+    d = speedups(df)
+    d = d[d["M"] >= 2048].pivot_table(index=["M", "weight_dtype"], columns="label", values="speedup")
+    return d.reset_index()

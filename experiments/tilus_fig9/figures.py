@@ -1,10 +1,11 @@
 """Tilus Fig. 9: grouped bars of speedup over cuBLAS f16."""
 from __future__ import annotations
 
+import pandas as pd
 import seaborn as sns
 
 from experiments.speedup import paper_speedups, side_by_side, speedups
-from harness.figures import comparison, figure
+from harness.figures import comparison, figure, table
 
 ORDER = ["u8", "f6e3m2", "u4", "i4", "u2", "u1"]
 
@@ -30,3 +31,21 @@ def fig9(df):
 @comparison(experiment="tilus_fig9")
 def vs_paper(df, paper_dir):
     return side_by_side(speedups(df), paper_speedups(paper_dir, 9), 9)
+
+
+@table("Targets of issue 3 at M <= 16 (our Triton kernel against our Tilus kernel, same run)",
+       experiment="tilus_fig9")
+def targets(df):
+    """Per shape, type and M: both kernels' latency, our fraction of the roofline floor, and the verdicts."""
+    d = speedups(df)
+    d = d[d["impl"].isin(["triton", "tilus"])]
+    t = d.pivot_table(index=["K", "N", "M", "weight_dtype"], columns="impl",
+                      values=["value", "roofline_frac"], aggfunc="median")
+    out = pd.DataFrame({
+        "ours ms": t[("value", "triton")], "tilus ms": t[("value", "tilus")],
+        "ours % of floor": 100 * t[("roofline_frac", "triton")],
+        "tilus % of floor": 100 * t[("roofline_frac", "tilus")],
+    })
+    out["ours <= tilus"] = (out["ours ms"] <= out["tilus ms"]).map({True: "yes", False: "no"})
+    out[">= 70% of floor"] = (out["ours % of floor"] >= 70).map({True: "yes", False: "no"})
+    return out.reset_index()
