@@ -46,6 +46,12 @@ if __name__ == "__main__":
     sys.argv[1:] = _multirun_flag_last(sys.argv[1:])
     try:
         check_argv(sys.argv[1:])
+        runs_jobs = not any(a.startswith(("--cfg", "-c", "--info", "--help", "-h", "--hydra-help", "--resolve"))
+                            for a in sys.argv[1:])
+        if runs_jobs and ("-m" in sys.argv or "--multirun" in sys.argv):
+            from .preflight import check_multirun
+            n = check_multirun([a for a in sys.argv[1:] if "=" in a or a.startswith("~")])
+            print(f"preflight: {n} job(s) planned, no config error", file=sys.stderr)
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -59,8 +59,10 @@ def resolve_gpu(cfg: DictConfig, device: str) -> GpuSpec:
     return GpuSpec(name=slug)
 
 
-def build_context(cfg: DictConfig) -> tuple[Context, object, list[Point]]:
-    """Everything up to (not including) the first GPU work: typed config, plan, validation."""
+def build_context(cfg: DictConfig, plan_only: bool = False) -> tuple[Context, object, list[Point]]:
+    """Everything up to (not including) the first GPU work: typed config, plan, validation.
+
+    plan_only: validate and plan without touching the device (the multirun preflight)."""
     exp = ExperimentSpec.from_cfg(cfg.experiment)
     card = ModelCard.from_cfg(cfg.model)
     prec = Precision.from_cfg(cfg.precision).with_group(exp.group_size)
@@ -68,10 +70,14 @@ def build_context(cfg: DictConfig) -> tuple[Context, object, list[Point]]:
     kernels = (kernel.name,) if kernel else exp.kernels
     if exp.benchmark not in BENCHMARKS:
         raise ConfigError(f"experiment {exp.name}: unknown benchmark {exp.benchmark!r}; valid: {sorted(BENCHMARKS)}")
-    device = resolve_device(cfg.run.device)
-    if device == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    gpu = resolve_gpu(cfg.gpu, device)
+    if plan_only:
+        device = "cpu" if cfg.run.device == "cpu" else "cuda"
+        gpu = GpuSpec(name=cfg.gpu.name)
+    else:
+        device = resolve_device(cfg.run.device)
+        if device == "cpu":
+            os.environ.setdefault("TRITON_INTERPRET", "1")
+        gpu = resolve_gpu(cfg.gpu, device)
     ctx = Context(exp, card, prec, gpu, tuple(kernels), device, seed=int(cfg.run.seed))
     bench = BENCHMARKS[exp.benchmark]()
     points = bench.points(ctx)
