@@ -138,3 +138,13 @@ def test_preflight_expands_the_experiments_own_sweep():
     jobs = expand_jobs(["experiment=tilus_fig9", "model=llama3_70b,qwen2_5_32b"])
     assert len(jobs) == 2 * 6
     assert ["experiment=tilus_fig9", "model=qwen2_5_32b", "precision=u1"] in jobs
+
+
+@pytest.mark.parametrize("precision", [p for p in PRECISIONS if p not in ("f16", "bf16")])
+@pytest.mark.parametrize("group", [32, -1])
+def test_roofline_bytes_match_the_stored_weight(precision, group):
+    """The floor's byte count (Precision.weight_bytes) is what the quantized weight really stores."""
+    from kernels.lowbit.formats import parse_format, random_quantized
+    prec = Precision.from_cfg(_compose(f"precision={precision}").precision).with_group(group)
+    qw = random_quantized(256, 64, parse_format(precision), group, seed=1)
+    assert prec.weight_bytes(256, 64) == qw.nbytes
