@@ -12,7 +12,7 @@ import socket
 import sys
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from kernels import Unavailable, Unsupported
 from . import benchmarks  # noqa: F401  (registers the benchmarks)

@@ -144,7 +144,6 @@ def measure_read_bandwidth(timer: Timer, gib: float = 4.0) -> float:
     n = int(gib * 2**30 // 2)
     x = torch.randn(n, dtype=torch.float16, device="cuda")
     t = timer(lambda: x.sum(dtype=torch.float32))
-    del x
     return 2 * n / (t.median_ms * 1e-3) / 1e12
 
 

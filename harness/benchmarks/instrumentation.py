@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from kernels import Unavailable, Unsupported
+from kernels import Unavailable
 from ..bench import Context, Metric, Point, register
 from ..specs import ConfigError
 from ..timing import NumericsFail, device_time

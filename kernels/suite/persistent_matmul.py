@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 import triton.profiler.language as pl
 
-from ._common import KernelCase, check_size, generator, randn, profile_flag, interpreting, nbytes
+from ._common import KernelCase, profile_flag, interpreting
 from . import matmul as _mm
 
 SHAPES = _mm.SHAPES
