@@ -86,3 +86,20 @@ def test_proton_fig15_overhead_and_timeline_from_a_decoded_buffer(tmp_path):
     assert "paper GH200" in text and "ours h200 default" in text
     row = [l for l in text.splitlines() if l.startswith("| layer_norm |")][0]
     assert "1.17" in row                     # ours: 0.117 / 0.100; paper GH200: 1.173
+
+
+def test_every_figure_regenerates_from_the_committed_results(tmp_path):
+    """`make figures` on a copy of results/: every GPU experiment with rows gets its figures and tables."""
+    import shutil
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parent.parent / "results"
+    for sub in ("paper", "h200"):
+        if (src / sub).exists():
+            shutil.copytree(src / sub, tmp_path / sub)
+    text = build(tmp_path, tmp_path / "REPORT.md").read_text()
+    for exp in sorted(p.name for p in (tmp_path / "h200").iterdir()):
+        assert f"## {exp}" in text
+        assert f"No GPU results are committed for this experiment yet" not in text.split(f"## {exp}")[1].split("\n## ")[0]
+    pngs = {p.stem for p in (tmp_path / "figures").glob("*.png")}
+    assert {"gemm_shapes_roofline", "tilus_fig9", "tilus_fig13", "proton_fig15", "proton_fig15_timeline"} <= pngs

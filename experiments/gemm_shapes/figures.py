@@ -1,6 +1,8 @@
 """gemm_shapes: a roofline of cuBLAS on every model's layer shapes."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -84,12 +86,13 @@ def bandwidth(df):
 
 @comparison(experiment="gemm_shapes")
 def vs_design(df, paper_dir):
-    """The cuBLAS numbers DESIGN.md recorded on the H200, beside this run's (K=8192, N=57344)."""
-    lat = df[(df["metric"] == "latency_ms") & (df["K"] == 8192) & (df["N"] == 57344)]
+    """The cuBLAS timings DESIGN.md recorded on this project's H200, beside this run's."""
+    ref = pd.read_csv(Path(paper_dir) / "design_h200.csv")
+    ref = ref[ref["impl"] == "cublas"]
+    lat = df[df["metric"] == "latency_ms"]
     rows = []
-    recorded = {(1, "f16"): 0.227, (16, "f16"): 0.229, (2048, "bf16"): None}
-    for (M, dt), ref in recorded.items():
-        ours = lat[(lat["M"] == M) & (lat["weight_dtype"] == dt)]["value"]
-        rows.append({"shape": "K=8192 N=57344", "M": M, "dtype": dt,
-                     "DESIGN.md H200 (ms)": ref, "ours (ms)": ours.median() if len(ours) else None})
+    for r in ref.itertuples():
+        ours = lat[(lat["M"] == r.M) & (lat["K"] == r.K) & (lat["N"] == r.N) & (lat["weight_dtype"] == r.weight_dtype)]
+        rows.append({"M": r.M, "K": r.K, "N": r.N, "dtype": r.weight_dtype, "DESIGN.md H200 (ms)": r.latency_ms,
+                     "ours (ms)": ours["value"].median() if len(ours) else None})
     return pd.DataFrame(rows)

@@ -1,6 +1,8 @@
 """Tilus Fig. 9: grouped bars of speedup over cuBLAS f16."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import seaborn as sns
 
@@ -49,3 +51,21 @@ def targets(df):
     out["ours <= tilus"] = (out["ours ms"] <= out["tilus ms"]).map({True: "yes", False: "no"})
     out[">= 70% of floor"] = (out["ours % of floor"] >= 70).map({True: "yes", False: "no"})
     return out.reset_index()
+
+
+@table("Beside the H200 timings DESIGN.md recorded (K=8192, N=57344; same type and group size only)",
+       experiment="tilus_fig9")
+def vs_design(df):
+    paper_dir = Path(df.attrs.get("results_dir", "results")) / "paper"
+    ref = pd.read_csv(paper_dir / "design_h200.csv")
+    lat = df[(df["metric"] == "latency_ms") & (df["status"] == "ok")]
+    rows = []
+    for r in ref[ref["M"] <= 16].itertuples():
+        same = lat[(lat["M"] == r.M) & (lat["K"] == r.K) & (lat["N"] == r.N) & (lat["weight_dtype"] == r.weight_dtype)
+                   & (lat["group_size"] == r.group_size)]
+        impl = {"tilus_example": "tilus"}.get(r.impl, r.impl)
+        pick = lambda i: same[same["impl"] == i]["value"].median() if (same["impl"] == i).any() else None  # noqa: E731
+        rows.append({"reference (DESIGN.md)": r.note, "type": r.weight_dtype, "group": r.group_size, "M": r.M,
+                     "reference ms": r.latency_ms, "ours: impl": impl, "ours: same impl ms": pick(impl),
+                     "ours: triton ms": pick("triton")})
+    return pd.DataFrame(rows)
