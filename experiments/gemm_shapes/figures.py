@@ -87,7 +87,10 @@ def bandwidth(df):
 @comparison(experiment="gemm_shapes")
 def vs_design(df, paper_dir):
     """The cuBLAS timings DESIGN.md recorded on this project's H200, beside this run's."""
-    ref = pd.read_csv(Path(paper_dir) / "design_h200.csv")
+    path = Path(paper_dir) / "design_h200.csv"
+    if not path.exists():
+        return pd.DataFrame()
+    ref = pd.read_csv(path)
     ref = ref[ref["impl"] == "cublas"]
     lat = df[df["metric"] == "latency_ms"]
     rows = []

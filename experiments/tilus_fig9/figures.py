@@ -57,6 +57,8 @@ def targets(df):
        experiment="tilus_fig9")
 def vs_design(df):
     paper_dir = Path(df.attrs.get("results_dir", "results")) / "paper"
+    if not (paper_dir / "design_h200.csv").exists():
+        return pd.DataFrame()
     ref = pd.read_csv(paper_dir / "design_h200.csv")
     lat = df[(df["metric"] == "latency_ms") & (df["status"] == "ok")]
     rows = []
