@@ -118,3 +118,17 @@ def test_failed_point_is_a_row_and_the_sweep_goes_on(tmp_path):
     assert set(df["status"]) == {"unsupported"}
     assert df["error"].str.contains("not dense").all()
     assert "unsupported: triton" in r.stdout + r.stderr
+
+
+def test_concurrent_jobs_write_their_own_shards_and_fold_them(tmp_path):
+    """Three jobs at once (submitit's local executor, one process each), as on several GPUs or nodes."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    args = ("experiment=gemm_shapes", "model=llama3_70b,gemma2_9b,qwen2_5_32b", "precision=f16",
+            "hydra/launcher=local_gpus", "hydra.launcher.gpus_per_node=0", f"hydra.sweep.dir={tmp_path}/multirun", "-m")
+    r = subprocess.run(_harness(*args, results=tmp_path / "res"), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    exp = tmp_path / "res" / "cpu" / "gemm_shapes"
+    df = read_csv(exp / "results.csv")
+    assert df["point_hash"].nunique() == 3 * 12
+    assert set(df["model"]) == {"llama3_70b", "gemma2_9b", "qwen2_5_32b"}
+    assert not list((exp / "shards").glob("*.csv"))
