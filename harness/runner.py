@@ -125,7 +125,9 @@ def run_job(cfg: DictConfig) -> Path:
     hashes = {p: p.hash(cv, ctx.gpu.name) for p in points}
     done = done_hashes(exp_dir) if cfg.run.resume else set()
     todo = [p for p in points if hashes[p] not in done]
-    label = f"{ctx.experiment.name} model={ctx.model.name} precision={ctx.precision.name} gpu={ctx.gpu.name}"
+    axes = {"model": ctx.model.name, "precision": ctx.precision.name}
+    shown = getattr(bench, "label_axes", tuple(axes))          # the job axes this benchmark uses
+    label = " ".join([ctx.experiment.name, *(f"{a}={axes[a]}" for a in shown), f"gpu={ctx.gpu.name}"])
     print(f"[{label}] {len(points)} points, {len(points) - len(todo)} already done, {len(todo)} to run"
           f" -> {exp_dir.relative_to(ROOT) if exp_dir.is_relative_to(ROOT) else exp_dir}", flush=True)
     if not todo:

@@ -84,6 +84,7 @@ def _save(src: str | Path, dst: Path, compress_over: int = 1 << 20) -> Path:
 @register("kernel_instrumentation")
 class KernelInstrumentation:
     primary_metric = "latency_ms"
+    label_axes = ()          # its sizes come from kernels.suite, not from a model card or precision
 
     def points(self, ctx: Context) -> list[Point]:
         from kernels.suite import SUITE
