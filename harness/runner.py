@@ -35,12 +35,10 @@ def resolve_device(want: str) -> str:
 
 
 def resolve_gpu(cfg: DictConfig, device: str) -> GpuSpec:
-    from omegaconf import OmegaConf as OC
-    conf_dir = ROOT / "conf" / "gpu"
     if device == "cpu":
         if cfg.name not in ("auto", "cpu"):
             raise ConfigError(f"gpu={cfg.name} asked for, but this run is on the CPU (no GPU visible); use gpu=auto")
-        return GpuSpec.from_cfg(OC.load(conf_dir / "cpu.yaml"))
+        return GpuSpec.load("cpu")
     import torch
     name = torch.cuda.get_device_name()
     if cfg.name != "auto":
@@ -51,7 +49,7 @@ def resolve_gpu(cfg: DictConfig, device: str) -> GpuSpec:
     for g in choices("gpu"):
         if g in ("auto", "cpu"):
             continue
-        spec = GpuSpec.from_cfg(OC.load(conf_dir / f"{g}.yaml"))
+        spec = GpuSpec.load(g)
         if spec.match and spec.match in name:
             return spec
     slug = "".join(c if c.isalnum() else "_" for c in name.lower()).strip("_")

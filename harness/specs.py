@@ -145,6 +145,12 @@ class GpuSpec:
     def from_cfg(cfg: DictConfig | dict) -> "GpuSpec":
         return GpuSpec(**_plain(cfg))
 
+    @staticmethod
+    def load(name: str) -> "GpuSpec | None":
+        """The card conf/gpu/<name>.yaml, or None where there is none."""
+        path = CONF_DIR / "gpu" / f"{name}.yaml"
+        return GpuSpec.from_cfg(OmegaConf.load(path)) if path.exists() else None
+
     @property
     def bw_tbs(self) -> float | None:
         """Bandwidth the roofline floor uses: measured where known, else the datasheet."""

@@ -9,13 +9,7 @@ import pandas as pd
 import seaborn as sns
 
 from harness.figures import comparison, figure, pivot_metric
-from harness.specs import CONF_DIR, GpuSpec
-from omegaconf import OmegaConf
-
-
-def _gpu_spec(gpu: str) -> GpuSpec | None:
-    p = CONF_DIR / "gpu" / f"{gpu}.yaml"
-    return GpuSpec.from_cfg(OmegaConf.load(p)) if p.exists() else None
+from harness.specs import GpuSpec
 
 
 def _table(df: pd.DataFrame) -> pd.DataFrame:
@@ -41,7 +35,7 @@ def roofline(df):
         d = w[w["gpu"] == g].assign(M=lambda t: "M=" + t["M"].astype(str))
         sns.scatterplot(d, x="intensity", y="tflops", hue="M", style="weight_dtype", palette="deep",
                         ax=ax, s=30, legend="full")
-        spec = _gpu_spec(g)
+        spec = GpuSpec.load(g)
         probe = df[(df["gpu"] == g) & (df["metric"] == "hbm_read_bw")]["value"]
         bw = probe.median() if len(probe) else (spec.bw_tbs if spec else None)
         xs = np.logspace(np.log10(max(d["intensity"].min() / 2, 0.1)), np.log10(d["intensity"].max() * 2), 100)
@@ -72,7 +66,7 @@ def bandwidth(df):
         return None
     fig, ax = plt.subplots(figsize=(11, 4))
     w = w.assign(shape=w["layer"] + " (" + w["weight_dtype"] + ")")
-    sns.stripplot(w, x="model", y="bandwidth_tbs", hue="M", dodge=True, ax=ax, size=4)
+    sns.stripplot(w, x="model", y="bandwidth_tbs", hue="M", dodge=True, jitter=False, ax=ax, size=4)  # no random jitter: same bytes every build
     probe = df[df["metric"] == "hbm_read_bw"]["value"]
     if len(probe):
         ax.axhline(probe.median(), color="k", lw=1, label=f"HBM read probe {probe.median():.2f} TB/s")
