@@ -78,9 +78,11 @@ def triton_lowbit(p: Problem) -> Prepared:
                 cands.append(c)
         x0 = torch.randn(p.M, p.K, dtype=p.act, device=p.device)
         cfg = tm.autotune(x0, pw, p.seconds, cands)
+        desc = f"{tm.config_str(cfg)} | tuned: {tm.tuning_summary(p.M, pw)}"
     else:
         cfg = tm.choose_config(p.M, pw)
-    return Prepared(lambda x: tm.lowbit_matmul(x, pw, cfg), config=tm.config_str(cfg))
+        desc = tm.config_str(cfg)
+    return Prepared(lambda x: tm.lowbit_matmul(x, pw, cfg), config=desc)
 
 
 def _baseline(name: str):

@@ -56,7 +56,7 @@ def test_every_format_small_m(name):
 
 CASES = [(1, Config("fma", 32, 64, 2)), (16, Config("dot", 16, 64, 1)), (3, Config("dot", 32, 16, 4)),
          (24, None), (17, Config("deq_mm", 32, 16)), (40, Config("dot", 16, 32, 1, bm=16)),
-         (9, Config("dot", 32, 32, 1, raw=False))]
+         (9, Config("dot", 32, 32, 1, raw=False)), (2, Config("dot", 32, 32, 2, 4, 2, 64, xw=True))]
 
 
 @pytest.mark.parametrize("name", ["u1", "u3", "u4", "i4", "i6", "u7", "f4e2m1", "f6e3m2", "f8e4m3", "i8"])

@@ -50,16 +50,18 @@ import triton
 import triton.language as tl
 
 from kernels import Unsupported
+from kernels.lowbit import packed
 from kernels.lowbit.formats import QuantizedWeight, WeightFormat, unpack_bits
 
 __all__ = ["Config", "PreparedWeight", "prepare", "lowbit_matmul", "configs_for",
-           "choose_config", "autotune", "config_str", "parse_config", "dequantize", "PARTS"]
+           "choose_config", "autotune", "tuning_summary", "config_str", "parse_config", "dequantize", "PARTS"]
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 PARTS = {1: (1,), 2: (2,), 3: (2, 1), 4: (4,), 5: (4, 1), 6: (4, 2), 7: (4, 2, 1), 8: (4, 4)}
 _WORD_DTYPE = {1: torch.int8, 2: torch.int16, 4: torch.int32}
 SMALL_M = 16
+_KOF = tuple(packed.SLOT.index(j) for j in range(8))    # code (k within the chunk) held by slot j
 
 
 # ----------------------------------------------------------------------------- layout
@@ -100,7 +102,7 @@ def prepare(qw: QuantizedWeight) -> PreparedWeight:
         raise Unsupported(f"group size {qw.group_size} is not a multiple of 8")
     pb = PARTS[fmt.bits]
     dev = qw.packed.device
-    parts = [torch.empty((K // 8, N), dtype=_WORD_DTYPE[p], device=dev) for p in pb]
+    parts = [torch.empty((N, K // 8), dtype=_WORD_DTYPE[p], device=dev) for p in pb]
     rows = max(8, ((1 << 23) // max(N, 1)) // 8 * 8)
     b = fmt.bits
     for r0 in range(0, K, rows):
@@ -111,12 +113,12 @@ def prepare(qw: QuantizedWeight) -> PreparedWeight:
         for i, p in enumerate(pb):
             wbits = 8 * p
             word = torch.zeros(((r1 - r0) // 8, N), dtype=torch.int64, device=dev)
-            for j in range(8):
+            for j in range(8):        # slot j of the chunk holds code k = _KOF[j] (packed.SLOT)
                 lo, hi = max(j * b, o), min(j * b + b, o + wbits)
                 if lo < hi:
-                    word += ((codes[:, j, :] >> (lo - j * b)) & ((1 << (hi - lo)) - 1)) << (lo - o)
+                    word += ((codes[:, _KOF[j], :] >> (lo - j * b)) & ((1 << (hi - lo)) - 1)) << (lo - o)
             word = torch.where(word >= (1 << (wbits - 1)), word - (1 << wbits), word)
-            parts[i][r0 // 8:r1 // 8] = word.to(_WORD_DTYPE[p])
+            parts[i][:, r0 // 8:r1 // 8] = word.to(_WORD_DTYPE[p]).T
             o += wbits
     fold = False
     if fmt.kind == "float":
@@ -195,13 +197,13 @@ def _place8(w0, w1, w2, B: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2:
             DST: tl.constexpr):
     """Words [R, C] -> the 8 codes [R, C, 8] placed at DST, the 8 codes of a chunk in one
     thread and contiguous along k (tl.join puts the new dim in-thread)."""
-    c0 = _code(w0, w1, w2, 0, B, L0, L1, L2, DST)
-    c1 = _code(w0, w1, w2, 1, B, L0, L1, L2, DST)
-    c2 = _code(w0, w1, w2, 2, B, L0, L1, L2, DST)
-    c3 = _code(w0, w1, w2, 3, B, L0, L1, L2, DST)
-    c4 = _code(w0, w1, w2, 4, B, L0, L1, L2, DST)
-    c5 = _code(w0, w1, w2, 5, B, L0, L1, L2, DST)
-    c6 = _code(w0, w1, w2, 6, B, L0, L1, L2, DST)
+    c0 = _code(w0, w1, w2, 0, B, L0, L1, L2, DST)     # c_k = slot packed.SLOT[k]
+    c1 = _code(w0, w1, w2, 4, B, L0, L1, L2, DST)
+    c2 = _code(w0, w1, w2, 1, B, L0, L1, L2, DST)
+    c3 = _code(w0, w1, w2, 5, B, L0, L1, L2, DST)
+    c4 = _code(w0, w1, w2, 2, B, L0, L1, L2, DST)
+    c5 = _code(w0, w1, w2, 6, B, L0, L1, L2, DST)
+    c6 = _code(w0, w1, w2, 3, B, L0, L1, L2, DST)
     c7 = _code(w0, w1, w2, 7, B, L0, L1, L2, DST)
     a = tl.join(tl.join(tl.join(c0, c4), tl.join(c2, c6)), tl.join(tl.join(c1, c5), tl.join(c3, c7)))
     return tl.reshape(a, (w0.shape[0], w0.shape[1], 8))
@@ -222,9 +224,10 @@ def _val(q, MAGIC, KIND: tl.constexpr, EXPB: tl.constexpr):
 
 
 @triton.jit
-def _load_words(p0, p1, p2, k0, n, msk, N, P1: tl.constexpr, P2: tl.constexpr, BKW: tl.constexpr):
+def _load_words(p0, p1, p2, k0, n, msk, KW, P1: tl.constexpr, P2: tl.constexpr, BKW: tl.constexpr):
+    """Word tile [BKW, BN] of rows k0/8 .., columns n (a column's words are contiguous: KW per column)."""
     kw = tl.arange(0, BKW)
-    offs = (k0 // 8 + kw)[:, None] * N + n[None, :]
+    offs = n[None, :] * KW + (k0 // 8 + kw)[:, None]
     w0 = tl.load(p0 + offs, mask=msk, other=0).to(tl.uint32)
     w1 = w0
     w2 = w0
@@ -264,42 +267,87 @@ def _load_sc(s_ptr, z_ptr, k0, n, nmask, N, G: tl.constexpr, KIND: tl.constexpr,
 
 
 @triton.jit
-def _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N,
+def _load_sz16(s_ptr, z_ptr, k0, n, nmask, N, G: tl.constexpr, KIND: tl.constexpr, BK: tl.constexpr):
+    """Packed path: the scale s and zs = -z*s (uint; rounded to f16 once per group and
+    column), f16, shape [1, BN] (tile in one group) or [BK/8, BN]."""
+    if G % BK == 0:
+        soff = (k0 // G) * N + n[None, :]
+    else:
+        soff = ((k0 + tl.arange(0, BK // 8) * 8) // G)[:, None] * N + n[None, :]
+    s = tl.load(s_ptr + soff, mask=nmask[None, :], other=0.0)
+    zs = s
+    if KIND == 0:
+        z = tl.load(z_ptr + soff, mask=nmask[None, :], other=0.0)
+        zs = (-(z.to(tl.float32) * s.to(tl.float32))).to(tl.float16)
+    return s.to(tl.float16), zs
+
+
+@triton.jit
+def _x8(t):
+    """[R, C] -> [R, C, 8] copies, the 8 in one thread and consecutive (join puts the new dim in-thread)."""
+    a = tl.join(t, t)
+    a = tl.join(a, a)
+    a = tl.join(a, a)
+    return tl.reshape(a, (t.shape[0], t.shape[1], 8))
+
+
+@triton.jit
+def _deq_packed(w0, w1, s16, zs16, ASM: tl.constexpr):
+    """Words [R, C] (w1: the second word, B = 8) -> f16 [R, C, 8] in k order, two weights per
+    instruction (kernels/lowbit/packed.py; one asm block per chunk, pack=8: output register o
+    holds k = 2o, 2o + 1)."""
+    R: tl.constexpr = w0.shape[0]
+    C: tl.constexpr = w0.shape[1]
+    s8 = _x8(tl.broadcast_to(s16, (R, C)))
+    z8 = _x8(tl.broadcast_to(zs16, (R, C)))
+    return tl.inline_asm_elementwise(ASM, "=r,=r,=r,=r," + "r," * 23 + "r",
+                                     [_x8(w0.to(tl.int32, bitcast=True)), _x8(w1.to(tl.int32, bitcast=True)),
+                                      s8, z8], tl.float16, True, 8)
+
+
+@triton.jit
+def _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW,
                   G: tl.constexpr, KIND: tl.constexpr, B: tl.constexpr,
                   P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
                   EXPB: tl.constexpr, FSCALE: tl.constexpr, FOLD: tl.constexpr, BK: tl.constexpr,
-                  RAW: tl.constexpr):
+                  RAW: tl.constexpr, PACKED: tl.constexpr = False, ASM: tl.constexpr = ""):
     """Rows k0 .. k0+BK, columns n -> f32 [BK//8, BN, 8] (k = k0 + 8*kw + j), the 8
     codes of a word in one thread.  RAW (uint/int only): return v = 1 + u/2^B and let
-    the caller apply S, C per tile; else the dequantized weight."""
-    if KIND == 2:
-        DST: tl.constexpr = 32 - B
+    the caller apply S, C per tile; else the dequantized weight.  PACKED (GPU, f16,
+    uint/int of 1, 2, 4, 8 bits): the weight in f16, dequantized two per instruction."""
+    w0, w1, w2 = _load_words(p0, p1, p2, k0, n, nmask[None, :], KW, P1, P2, BK // 8)
+    if PACKED:
+        s16, zs16 = _load_sz16(s_ptr, z_ptr, k0, n, nmask, N, G, KIND, BK)
+        w = _deq_packed(w0, w1, s16, zs16, ASM)
     else:
-        DST: tl.constexpr = 23 - B
-    w0, w1, w2 = _load_words(p0, p1, p2, k0, n, nmask[None, :], N, P1, P2, BK // 8)
-    q = _place8(w0, w1, w2, B, 8 * P0, 8 * P1, 8 * P2, DST)
-    v = _val(q, MAGIC, KIND, EXPB)
-    if RAW:
-        w = v
-    else:
-        S, C = _load_sc(s_ptr, z_ptr, k0, n, nmask, N, G, KIND, B, FSCALE, BK)
         if KIND == 2:
-            if FOLD:
-                w = v * (S * FSCALE)[:, :, None]
-            else:
-                w = (v * FSCALE) * S[:, :, None]
+            DST: tl.constexpr = 32 - B
         else:
-            w = v * S[:, :, None] + C[:, :, None]
+            DST: tl.constexpr = 23 - B
+        q = _place8(w0, w1, w2, B, 8 * P0, 8 * P1, 8 * P2, DST)
+        v = _val(q, MAGIC, KIND, EXPB)
+        if RAW:
+            w = v
+        else:
+            S, C = _load_sc(s_ptr, z_ptr, k0, n, nmask, N, G, KIND, B, FSCALE, BK)
+            if KIND == 2:
+                if FOLD:
+                    w = v * (S * FSCALE)[:, :, None]
+                else:
+                    w = (v * FSCALE) * S[:, :, None]
+            else:
+                w = v * S[:, :, None] + C[:, :, None]
     return w
 
 
 @triton.jit
-def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, stride_xm, stride_ym,
+def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, KW, stride_xm, stride_ym,
                      G: tl.constexpr, KIND: tl.constexpr, B: tl.constexpr,
                      P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
                      EXPB: tl.constexpr, FSCALE: tl.constexpr, FOLD: tl.constexpr, RAW: tl.constexpr,
+                     PACKED: tl.constexpr, ASM: tl.constexpr,
                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KSPLIT: tl.constexpr,
-                     USE_DOT: tl.constexpr, ATOMIC: tl.constexpr, INTERP: tl.constexpr):
+                     USE_DOT: tl.constexpr, XW: tl.constexpr, ATOMIC: tl.constexpr, INTERP: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -308,15 +356,31 @@ def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, stride
     kbeg = pid_k * KSPLIT
     kend = kbeg + KSPLIT
     BKW: tl.constexpr = BK // 8
-    if USE_DOT:
+    if USE_DOT and XW:
+        # y[BM, BN] = x[BM, BK] @ W[BK, BN]: the dequantized tile is the B operand, stored to
+        # shared memory with k contiguous (16-byte stores) and read by ldmatrix / wgmma
+        m = pid_m * BM + tl.arange(0, BM)
+        mmask = m < M
+        acc = tl.zeros([BM, BN], dtype=tl.float32)
+        for k0 in range(kbeg, kend, BK):
+            w = _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW, G, KIND, B, P0, P1, P2,
+                              EXPB, FSCALE, FOLD, BK, False, PACKED, ASM)
+            wk = tl.reshape(tl.permute(w.to(x_ptr.dtype.element_ty), (0, 2, 1)), (BK, BN))
+            xk = k0 + tl.arange(0, BK)
+            xa = tl.load(x_ptr + m[:, None] * stride_xm + xk[None, :], mask=mmask[:, None], other=0.0)
+            if INTERP:  # the interpreter's bf16 tl.dot is wrong; values are exact in f32 too
+                wk = wk.to(tl.float32)
+                xa = xa.to(tl.float32)
+            acc = tl.dot(xa, wk, acc)
+    elif USE_DOT:
         # y^T[BN, BM] = W^T[BN, BK] @ x^T[BK, BM]: the dequantized tile is the A operand,
         # k contiguous per thread (row-major A: vector smem stores)
         m = pid_m * BM + tl.arange(0, BM)
         mmask = m < M
         accT = tl.zeros([BN, BM], dtype=tl.float32)
         for k0 in range(kbeg, kend, BK):
-            w = _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, G, KIND, B, P0, P1, P2,
-                              EXPB, FSCALE, FOLD, BK, RAW)
+            w = _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW, G, KIND, B, P0, P1, P2,
+                              EXPB, FSCALE, FOLD, BK, RAW, PACKED, ASM)
             wt = tl.reshape(tl.permute(w.to(x_ptr.dtype.element_ty), (1, 0, 2)), (BN, BK))
             xk = k0 + tl.arange(0, BK)
             xt = tl.load(x_ptr + m[None, :] * stride_xm + xk[:, None], mask=mmask[None, :], other=0.0)
@@ -343,7 +407,7 @@ def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, stride
         else:
             DST: tl.constexpr = 23 - B
         acc2 = tl.zeros([BKW, BN], dtype=tl.float32)
-        w0n, w1n, w2n = _load_words(p0, p1, p2, kbeg, n, nmask[None, :], N, P1, P2, BKW)
+        w0n, w1n, w2n = _load_words(p0, p1, p2, kbeg, n, nmask[None, :], KW, P1, P2, BKW)
         Sn, Cn = _load_sc(s_ptr, z_ptr, kbeg, n, nmask, N, G, KIND, B, FSCALE, BK)
         for k0 in range(kbeg, kend, BK):
             w0 = w0n
@@ -352,12 +416,13 @@ def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, stride
             S = Sn
             C = Cn
             kn = k0 + BK
-            w0n, w1n, w2n = _load_words(p0, p1, p2, kn, n, nmask[None, :] & (kn < kend), N, P1, P2, BKW)
+            w0n, w1n, w2n = _load_words(p0, p1, p2, kn, n, nmask[None, :] & (kn < kend), KW, P1, P2, BKW)
             Sn, Cn = _load_sc(s_ptr, z_ptr, tl.minimum(kn, kend - BK), n, nmask, N, G, KIND, B, FSCALE, BK)
             t = tl.zeros([BKW, BN], dtype=tl.float32)
             xs = tl.zeros([BKW], dtype=tl.float32)
             for j in tl.static_range(8):
-                v = _val(_code(w0, w1, w2, j, B, 8 * P0, 8 * P1, 8 * P2, DST), MAGIC, KIND, EXPB)
+                v = _val(_code(w0, w1, w2, j // 2 + 4 * (j % 2), B, 8 * P0, 8 * P1, 8 * P2, DST),
+                         MAGIC, KIND, EXPB)
                 if KIND == 2:
                     v = v * FSCALE
                 xj = tl.load(x_ptr + k0 + kw * 8 + j).to(tl.float32)
@@ -377,18 +442,18 @@ def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, stride
 
 
 @triton.jit
-def _dequant_kernel(p0, p1, p2, s_ptr, z_ptr, MAGIC, w_ptr, N,
+def _dequant_kernel(p0, p1, p2, s_ptr, z_ptr, MAGIC, w_ptr, N, KW,
                     G: tl.constexpr, KIND: tl.constexpr, B: tl.constexpr,
                     P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
                     EXPB: tl.constexpr, FSCALE: tl.constexpr, FOLD: tl.constexpr,
-                    BN: tl.constexpr, BK: tl.constexpr):
+                    PACKED: tl.constexpr, ASM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     pid_k = tl.program_id(0)
     pid_n = tl.program_id(1)
     n = pid_n * BN + tl.arange(0, BN)
     nmask = n < N
     k0 = pid_k * BK
-    w = _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, G, KIND, B, P0, P1, P2,
-                      EXPB, FSCALE, FOLD, BK, False)
+    w = _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW, G, KIND, B, P0, P1, P2,
+                      EXPB, FSCALE, FOLD, BK, False, PACKED, ASM)
     kw = tl.arange(0, BK // 8)
     j = tl.arange(0, 8)
     kk = k0 + kw[:, None] * 8 + j[None, :]
@@ -407,20 +472,24 @@ class Config:
     warps: int = 4
     stages: int = 3      # software pipelining depth (dot path; fma prefetches one tile itself)
     bm: int = 16         # rows of x per program (dot path; M > bm adds programs along M)
-    raw: bool = True     # dot path, uint/int: tensor cores see 1+u/2^B, scales applied per tile
+    raw: bool = False    # dot path, uint/int: tensor cores see 1+u/2^B, scales applied per tile
+    x2: bool = True      # dot / deq_mm: packed f16x2 dequantization where it applies (packed.py)
+    xw: bool = False     # dot path: y = x @ W (W the B operand, from shared memory) instead of y^T = W^T x^T
 
     def __str__(self) -> str:
+        h = "" if self.x2 else "h0"
         if self.path == "deq_mm":
-            return f"deq_mm:n{self.bn}k{self.bk}w{self.warps}"
+            return f"deq_mm:n{self.bn}k{self.bk}w{self.warps}{h}"
         s = f"{self.path}:n{self.bn}k{self.bk}s{self.split_k}w{self.warps}p{self.stages}"
         if self.path == "dot":
-            s += ("" if self.bm == 16 else f"m{self.bm}") + ("" if self.raw else "r0")
+            s += ("" if self.bm == 16 else f"m{self.bm}") + ("r1" if self.raw else "") + ("x1" if self.xw else "") + h
         return s
 
 
 def config_str(cfg: Config) -> str:
-    """Short, stable description: '<path>:n<BN>k<BK>s<split_k>w<warps>p<stages>[m<BM>][r0]',
-    e.g. 'fma:n64k128s1w4p1', 'dot:n64k64s1w4p4', 'dot:n64k64s1w4p4m64r0', 'deq_mm:n64k64w4'."""
+    """Short, stable description: '<path>:n<BN>k<BK>s<split_k>w<warps>p<stages>[m<BM>][r1][x1][h0]',
+    e.g. 'fma:n64k128s1w4p1', 'dot:n64k128s1w4p3', 'dot:n128k128s1w8p3m64x1', 'deq_mm:n64k64w4h0'
+    (r1: raw-code tensor-core variant; x1: y = x @ W orientation; h0: packed f16x2 dequantization off)."""
     return str(cfg)
 
 
@@ -431,7 +500,7 @@ def parse_config(s: str) -> Config:
     vals = dict((k, int(v)) for k, v in re.findall(r"([a-z])(\d+)", rest))
     return Config(path, vals.get("n", 128), vals.get("k", 128), vals.get("s", 1),
                   vals.get("w", 4), vals.get("p", 1 if path == "deq_mm" else 3), vals.get("m", 16),
-                  bool(vals.get("r", 1)))
+                  bool(vals.get("r", 0)), bool(vals.get("h", 1)), bool(vals.get("x", 0)))
 
 
 MAX_DOT_M = 256
@@ -442,7 +511,7 @@ def _valid(cfg: Config, M: int, K: int, group: int) -> bool:
         return K % cfg.bk == 0 and cfg.bk % 8 == 0
     if cfg.path == "fma" and M != 1:
         return False
-    if cfg.path == "dot" and (M > MAX_DOT_M or cfg.bm not in (16, 32, 64, 128)):
+    if cfg.path == "dot" and (M > MAX_DOT_M or cfg.bm not in (16, 32, 64, 128) or (cfg.raw and cfg.xw)):
         return False
     if cfg.path not in ("dot", "fma"):
         return False
@@ -469,10 +538,14 @@ def configs_for(M: int, K: int, N: int, fmt=None, group: int = 128) -> List[Conf
             out.append(Config("fma", bn, bk, _split(K, N, bn, bk), w, 1))
     if M <= MAX_DOT_M:
         bm = 16 if M <= 16 else (32 if M <= 32 else 64)
-        for bn, bk, w, st in [(64, 64, 4, 4), (64, 128, 4, 3), (128, 64, 4, 3), (128, 64, 4, 4),
-                              (128, 128, 8, 3), (256, 64, 8, 3), (128, 32, 4, 4)]:
-            out.append(Config("dot", bn, bk, _split(K, N, bn, bk), w, st, bm))
-        out.append(Config("dot", 64, 64, _split(K, N, 64, 64), 4, 4, bm, raw=False))
+        # (bn, bk, warps, stages, bm, xw): y^T = W^T x^T (wgmma N = bm, the weight tile from
+        # registers) or y = x @ W (with bm = 64: wgmma with both operands in shared memory)
+        for bn, bk, w, st, m, xw in [(64, 128, 4, 3, bm, False), (128, 128, 8, 3, max(bm, 64), True),
+                                     (64, 256, 4, 3, bm, False), (128, 256, 8, 2, max(bm, 64), True),
+                                     (128, 128, 8, 3, bm, False), (64, 128, 4, 3, bm, True),
+                                     (64, 64, 4, 4, bm, False)]:
+            out.append(Config("dot", bn, bk, _split(K, N, bn, bk), w, st, m, xw=xw))
+        out.append(Config("dot", 64, 64, _split(K, N, 64, 64), 4, 4, bm, raw=True))
     if M > 16:
         for bn, bk, w in [(64, 64, 4), (128, 32, 4)]:
             out.append(Config("deq_mm", bn, bk, 1, w, 1))
@@ -484,6 +557,7 @@ def configs_for(M: int, K: int, N: int, fmt=None, group: int = 128) -> List[Conf
 
 
 _TUNED: Dict[tuple, Config] = {}
+TUNE_LOG: Dict[tuple, list] = {}      # problem key -> [(config, seconds)] of the last autotune
 
 
 def _key(M: int, pw: PreparedWeight):
@@ -511,7 +585,7 @@ def autotune(x: torch.Tensor, pw: PreparedWeight, timer: Callable[[Callable[[], 
     """Time each config with the caller's ``timer(fn) -> seconds``; remember and return the best."""
     M = x.shape[0]
     cands = list(configs) if configs is not None else configs_for(M, pw.K, pw.N, pw.fmt, pw.group)
-    best, best_t = None, float("inf")
+    best, best_t, log = None, float("inf"), []
     for c in cands:
         if not _valid(c, M, pw.K, pw.group):
             continue
@@ -520,12 +594,20 @@ def autotune(x: torch.Tensor, pw: PreparedWeight, timer: Callable[[Callable[[], 
             t = timer(lambda c=c: lowbit_matmul(x, pw, c))
         except Unsupported:
             continue
+        log.append((c, t))
         if t < best_t:
             best, best_t = c, t
     if best is None:
         raise Unsupported(f"no valid config for M={M}, K={pw.K}, N={pw.N}, {pw.fmt.name}")
     _TUNED[_key(M, pw)] = best
+    TUNE_LOG[_key(M, pw)] = log
     return best
+
+
+def tuning_summary(M: int, pw: PreparedWeight) -> str:
+    """'cfg=12.3us cfg=...' for every config ``autotune`` timed for this problem, fastest first."""
+    log = sorted(TUNE_LOG.get(_key(M, pw), []), key=lambda ct: ct[1])
+    return " ".join(f"{c}={t * 1e6:.1f}us" for c, t in log)
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -546,14 +628,24 @@ def _ptrs(pw: PreparedWeight):
     return ps[0], ps[1], ps[2], pw.scales, z, magic
 
 
-def dequantize(pw: PreparedWeight, bn: int = 64, bk: int = 64, warps: int = 4) -> torch.Tensor:
+def _packed_asm(pw: PreparedWeight) -> str:
+    """PTX of the packed f16x2 dequantization if it applies (GPU, f16 activations, uint 1/2/4/8,
+    int 2/4/8 bits), else ''.  The interpreter cannot run inline PTX."""
+    if INTERPRET or pw.act_dtype != torch.float16 or not packed.supported(pw.fmt.kind, pw.fmt.bits):
+        return ""
+    return packed.asm(pw.fmt.kind, pw.fmt.bits)
+
+
+def dequantize(pw: PreparedWeight, bn: int = 64, bk: int = 64, warps: int = 4, x2: bool = True) -> torch.Tensor:
     """W in the activation dtype [K, N] (Triton)."""
     K, N = pw.K, pw.N
     if K % bk:
         bk = 8 if K % 16 else 16
     w = torch.empty((K, N), dtype=pw.act_dtype, device=pw.device)
     grid = (K // bk, triton.cdiv(N, bn))
-    _dequant_kernel[grid](*_ptrs(pw), w, N, **_consts(pw), BN=bn, BK=bk, num_warps=warps)
+    asm = _packed_asm(pw) if x2 else ""
+    _dequant_kernel[grid](*_ptrs(pw), w, N, K // 8, **_consts(pw), PACKED=bool(asm), ASM=asm, BN=bn, BK=bk,
+                          num_warps=warps)
     return w
 
 
@@ -575,7 +667,7 @@ def lowbit_matmul(x: torch.Tensor, pw: PreparedWeight, config: Optional[Config] 
     if M == 0:
         return torch.empty((0, N), dtype=x.dtype, device=x.device)
     if cfg.path == "deq_mm":
-        return torch.matmul(x, dequantize(pw, cfg.bn, cfg.bk, cfg.warps))
+        return torch.matmul(x, dequantize(pw, cfg.bn, cfg.bk, cfg.warps, cfg.x2))
     if x.stride(1) != 1:
         x = x.contiguous()
     atomic = cfg.split_k > 1
@@ -587,11 +679,13 @@ def lowbit_matmul(x: torch.Tensor, pw: PreparedWeight, config: Optional[Config] 
     grid = (triton.cdiv(N, cfg.bn), cfg.split_k, triton.cdiv(M, bm))
     # RAW: feed v = 1 + u/2^B (exact in f16; in bf16 for B <= 7) to the tensor cores and
     # scale per tile; needs a tile inside one group
-    raw = (cfg.path == "dot" and cfg.raw and pw.fmt.kind != "float" and pw.group % cfg.bk == 0
+    asm = _packed_asm(pw) if cfg.path == "dot" and cfg.x2 else ""
+    raw = (cfg.path == "dot" and cfg.raw and not asm and pw.fmt.kind != "float" and pw.group % cfg.bk == 0
            and (pw.act_dtype == torch.float16 or pw.fmt.bits <= 7))
-    _mm_small_kernel[grid](x, *_ptrs(pw), y, M, N, x.stride(0), y.stride(0), **_consts(pw), RAW=raw,
+    _mm_small_kernel[grid](x, *_ptrs(pw), y, M, N, K // 8, x.stride(0), y.stride(0), **_consts(pw), RAW=raw,
+                           PACKED=bool(asm), ASM=asm,
                            BM=bm, BN=cfg.bn, BK=cfg.bk,
-                           KSPLIT=K // cfg.split_k, USE_DOT=cfg.path == "dot", ATOMIC=atomic,
+                           KSPLIT=K // cfg.split_k, USE_DOT=cfg.path == "dot", XW=cfg.xw, ATOMIC=atomic,
                            INTERP=INTERPRET,
                            num_warps=cfg.warps, num_stages=cfg.stages)
     return y.to(x.dtype) if atomic else y
