@@ -61,6 +61,7 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 PARTS = {1: (1,), 2: (2,), 3: (2, 1), 4: (4,), 5: (4, 1), 6: (4, 2), 7: (4, 2, 1), 8: (4, 4)}
 _WORD_DTYPE = {1: torch.int8, 2: torch.int16, 4: torch.int32}
 SMALL_M = 16
+LAYOUT_TN, LAYOUT_TKW = 64, 16     # word layout blocks: 64 columns x 128 k (when N, K/8 divide)
 _KOF = tuple(packed.SLOT.index(j) for j in range(8))    # code (k within the chunk) held by slot j
 
 
@@ -68,7 +69,7 @@ _KOF = tuple(packed.SLOT.index(j) for j in range(8))    # code (k within the chu
 
 @dataclass
 class PreparedWeight:
-    parts: List[torch.Tensor]       # per part: [K/8, N] int8/int16/int32 words
+    parts: List[torch.Tensor]       # per part: K/8 * N int8/int16/int32 words, blocked (see _word_offsets)
     part_bits: tuple
     scales: torch.Tensor            # [K//g, N] act dtype
     zeros: Optional[torch.Tensor]   # [K//g, N] act dtype (uint) or None
@@ -79,6 +80,8 @@ class PreparedWeight:
     group_size: int                 # as given
     act_dtype: torch.dtype
     fold: bool = False              # floats: 2^(127-bias) folded into the f32 scale (no overflow)
+    tn: int = 64                    # layout block: tn columns x tkw word rows, contiguous in memory
+    tkw: int = 16
 
     @property
     def nbytes(self) -> int:
@@ -102,7 +105,10 @@ def prepare(qw: QuantizedWeight) -> PreparedWeight:
         raise Unsupported(f"group size {qw.group_size} is not a multiple of 8")
     pb = PARTS[fmt.bits]
     dev = qw.packed.device
-    parts = [torch.empty((N, K // 8), dtype=_WORD_DTYPE[p], device=dev) for p in pb]
+    KW = K // 8
+    tn = LAYOUT_TN if N % LAYOUT_TN == 0 else N
+    tkw = LAYOUT_TKW if KW % LAYOUT_TKW == 0 else KW
+    parts = [torch.empty((KW, N), dtype=_WORD_DTYPE[p], device=dev) for p in pb]
     rows = max(8, ((1 << 23) // max(N, 1)) // 8 * 8)
     b = fmt.bits
     for r0 in range(0, K, rows):
@@ -118,15 +124,18 @@ def prepare(qw: QuantizedWeight) -> PreparedWeight:
                 if lo < hi:
                     word += ((codes[:, _KOF[j], :] >> (lo - j * b)) & ((1 << (hi - lo)) - 1)) << (lo - o)
             word = torch.where(word >= (1 << (wbits - 1)), word - (1 << wbits), word)
-            parts[i][:, r0 // 8:r1 // 8] = word.to(_WORD_DTYPE[p]).T
+            parts[i][r0 // 8:r1 // 8] = word.to(_WORD_DTYPE[p])
             o += wbits
+    # [KW, N] -> blocks of tkw word rows x tn columns, each block contiguous (column-major inside:
+    # a column's tkw words, then the next column); blocks of one column strip in K order
+    parts = [w.reshape(KW // tkw, tkw, N // tn, tn).permute(2, 0, 3, 1).contiguous().reshape(-1) for w in parts]
     fold = False
     if fmt.kind == "float":
         smax = float(qw.scales.abs().max().float()) if qw.scales.numel() else 0.0
         fold = smax * 2.0 ** (127 - fmt.bias) < 2.0 ** 126
     return PreparedWeight(parts, pb, qw.scales.contiguous(),
                           None if qw.zeros is None else qw.zeros.contiguous(),
-                          fmt, K, N, qw.group, qw.group_size, qw.act_dtype, fold)
+                          fmt, K, N, qw.group, qw.group_size, qw.act_dtype, fold, tn, tkw)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -224,10 +233,14 @@ def _val(q, MAGIC, KIND: tl.constexpr, EXPB: tl.constexpr):
 
 
 @triton.jit
-def _load_words(p0, p1, p2, k0, n, msk, KW, P1: tl.constexpr, P2: tl.constexpr, BKW: tl.constexpr):
-    """Word tile [BKW, BN] of rows k0/8 .., columns n (a column's words are contiguous: KW per column)."""
-    kw = tl.arange(0, BKW)
-    offs = n[None, :] * KW + (k0 // 8 + kw)[:, None]
+def _load_words(p0, p1, p2, k0, n, msk, KW, TN: tl.constexpr, TKW: tl.constexpr, P1: tl.constexpr,
+                P2: tl.constexpr, BKW: tl.constexpr):
+    """Word tile [BKW, BN] of word rows k0/8 .., columns n.  Layout (``prepare``): blocks of TKW
+    rows x TN columns, each contiguous (a column's TKW words, then the next column), the
+    blocks of a TN-column strip in K order: a CTA streams contiguous memory."""
+    kw = tl.multiple_of(k0 // 8, BKW if BKW < TKW else TKW) + tl.arange(0, BKW)
+    offs = ((n[None, :] // TN) * (KW * TN) + (kw[:, None] // TKW) * (TN * TKW)
+            + (n[None, :] % TN) * TKW + kw[:, None] % TKW)
     w0 = tl.load(p0 + offs, mask=msk, other=0).to(tl.uint32)
     w1 = w0
     w2 = w0
@@ -306,7 +319,7 @@ def _deq_packed(w0, w1, s16, zs16, ASM: tl.constexpr):
 
 
 @triton.jit
-def _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW,
+def _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW, TN: tl.constexpr, TKW: tl.constexpr,
                   G: tl.constexpr, KIND: tl.constexpr, B: tl.constexpr,
                   P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
                   EXPB: tl.constexpr, FSCALE: tl.constexpr, FOLD: tl.constexpr, BK: tl.constexpr,
@@ -315,7 +328,7 @@ def _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW,
     codes of a word in one thread.  RAW (uint/int only): return v = 1 + u/2^B and let
     the caller apply S, C per tile; else the dequantized weight.  PACKED (GPU, f16,
     uint/int of 1, 2, 4, 8 bits): the weight in f16, dequantized two per instruction."""
-    w0, w1, w2 = _load_words(p0, p1, p2, k0, n, nmask[None, :], KW, P1, P2, BK // 8)
+    w0, w1, w2 = _load_words(p0, p1, p2, k0, n, nmask[None, :], KW, TN, TKW, P1, P2, BK // 8)
     if PACKED:
         s16, zs16 = _load_sz16(s_ptr, z_ptr, k0, n, nmask, N, G, KIND, BK)
         w = _deq_packed(w0, w1, s16, zs16, ASM)
@@ -342,6 +355,7 @@ def _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW,
 
 @triton.jit
 def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, KW, stride_xm, stride_ym,
+                     TN: tl.constexpr, TKW: tl.constexpr,
                      G: tl.constexpr, KIND: tl.constexpr, B: tl.constexpr,
                      P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
                      EXPB: tl.constexpr, FSCALE: tl.constexpr, FOLD: tl.constexpr, RAW: tl.constexpr,
@@ -363,7 +377,7 @@ def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, KW, st
         mmask = m < M
         acc = tl.zeros([BM, BN], dtype=tl.float32)
         for k0 in range(kbeg, kend, BK):
-            w = _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW, G, KIND, B, P0, P1, P2,
+            w = _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW, TN, TKW, G, KIND, B, P0, P1, P2,
                               EXPB, FSCALE, FOLD, BK, False, PACKED, ASM)
             wk = tl.reshape(tl.permute(w.to(x_ptr.dtype.element_ty), (0, 2, 1)), (BK, BN))
             xk = k0 + tl.arange(0, BK)
@@ -379,7 +393,7 @@ def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, KW, st
         mmask = m < M
         accT = tl.zeros([BN, BM], dtype=tl.float32)
         for k0 in range(kbeg, kend, BK):
-            w = _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW, G, KIND, B, P0, P1, P2,
+            w = _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW, TN, TKW, G, KIND, B, P0, P1, P2,
                               EXPB, FSCALE, FOLD, BK, RAW, PACKED, ASM)
             wt = tl.reshape(tl.permute(w.to(x_ptr.dtype.element_ty), (1, 0, 2)), (BN, BK))
             xk = k0 + tl.arange(0, BK)
@@ -407,7 +421,7 @@ def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, KW, st
         else:
             DST: tl.constexpr = 23 - B
         acc2 = tl.zeros([BKW, BN], dtype=tl.float32)
-        w0n, w1n, w2n = _load_words(p0, p1, p2, kbeg, n, nmask[None, :], KW, P1, P2, BKW)
+        w0n, w1n, w2n = _load_words(p0, p1, p2, kbeg, n, nmask[None, :], KW, TN, TKW, P1, P2, BKW)
         Sn, Cn = _load_sc(s_ptr, z_ptr, kbeg, n, nmask, N, G, KIND, B, FSCALE, BK)
         for k0 in range(kbeg, kend, BK):
             w0 = w0n
@@ -416,7 +430,7 @@ def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, KW, st
             S = Sn
             C = Cn
             kn = k0 + BK
-            w0n, w1n, w2n = _load_words(p0, p1, p2, kn, n, nmask[None, :] & (kn < kend), KW, P1, P2, BKW)
+            w0n, w1n, w2n = _load_words(p0, p1, p2, kn, n, nmask[None, :] & (kn < kend), KW, TN, TKW, P1, P2, BKW)
             Sn, Cn = _load_sc(s_ptr, z_ptr, tl.minimum(kn, kend - BK), n, nmask, N, G, KIND, B, FSCALE, BK)
             t = tl.zeros([BKW, BN], dtype=tl.float32)
             xs = tl.zeros([BKW], dtype=tl.float32)
@@ -442,7 +456,7 @@ def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, KW, st
 
 
 @triton.jit
-def _dequant_kernel(p0, p1, p2, s_ptr, z_ptr, MAGIC, w_ptr, N, KW,
+def _dequant_kernel(p0, p1, p2, s_ptr, z_ptr, MAGIC, w_ptr, N, KW, TN: tl.constexpr, TKW: tl.constexpr,
                     G: tl.constexpr, KIND: tl.constexpr, B: tl.constexpr,
                     P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
                     EXPB: tl.constexpr, FSCALE: tl.constexpr, FOLD: tl.constexpr,
@@ -452,7 +466,7 @@ def _dequant_kernel(p0, p1, p2, s_ptr, z_ptr, MAGIC, w_ptr, N, KW,
     n = pid_n * BN + tl.arange(0, BN)
     nmask = n < N
     k0 = pid_k * BK
-    w = _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW, G, KIND, B, P0, P1, P2,
+    w = _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW, TN, TKW, G, KIND, B, P0, P1, P2,
                       EXPB, FSCALE, FOLD, BK, False, PACKED, ASM)
     kw = tl.arange(0, BK // 8)
     j = tl.arange(0, 8)
@@ -618,7 +632,7 @@ def _consts(pw: PreparedWeight):
     kind = {"uint": 0, "int": 1, "float": 2}[f.kind]
     fscale = float(2.0 ** (127 - f.bias)) if f.kind == "float" else 1.0
     return dict(G=pw.group, KIND=kind, B=f.bits, P0=pb[0], P1=pb[1], P2=pb[2],
-                EXPB=f.exp_bits, FSCALE=fscale, FOLD=pw.fold)
+                EXPB=f.exp_bits, FSCALE=fscale, FOLD=pw.fold, TN=pw.tn, TKW=pw.tkw)
 
 
 def _ptrs(pw: PreparedWeight):
