@@ -41,7 +41,9 @@ def compile_sm90(name: str, cfg, group: int = 128):
     sig = {"x_ptr": "*fp16", "p0": words[pb[0]], "p1": words[pb[1]], "p2": words[pb[2]], "s_ptr": "*fp16",
            "z_ptr": "*fp16", "MAGIC": "i32", "y_ptr": "*fp16", "M": "i32", "N": "i32", "KW": "i32",
            "stride_xm": "i32", "stride_ym": "i32"}
-    asm = packed.asm(pw.fmt.kind, pw.fmt.bits) if cfg.x2 and packed.supported(pw.fmt.kind, pw.fmt.bits) else ""
+    asm = ""
+    if cfg.x2 and packed.supported(pw.fmt.kind, pw.fmt.bits):
+        asm = (packed.asm if cfg.path == "dot" else packed.asm_dot8)(pw.fmt.kind, pw.fmt.bits)
     consts = dict(tm._consts(pw), TN=tm.LAYOUT_TN, TKW=tm.LAYOUT_TKW, G=group if group > 0 else 8192, RAW=False, PACKED=bool(asm), ASM=asm,
                   BM=cfg.bm if cfg.path == "dot" else 1, BN=cfg.bn, BK=cfg.bk, KSPLIT=8192,
                   USE_DOT=cfg.path == "dot", XW=cfg.xw, ATOMIC=False, INTERP=False)

@@ -253,9 +253,10 @@ def _load_words(p0, p1, p2, k0, n, msk, KW, TN: tl.constexpr, TKW: tl.constexpr,
 
 @triton.jit
 def _load_sc(s_ptr, z_ptr, k0, n, nmask, N, G: tl.constexpr, KIND: tl.constexpr, B: tl.constexpr,
-             FSCALE: tl.constexpr, BK: tl.constexpr):
+             FSCALE: tl.constexpr, BK: tl.constexpr, QCODE: tl.constexpr = False):
     """Per-tile factors (S, C), f32, shape [1, BN] (tile in one group) or [BK/8, BN]:
-    uint/int: w = v*S + C;  float: w = (v*FSCALE)*S, C unused."""
+    uint/int: w = v*S + C;  float: w = (v*FSCALE)*S, C unused.  QCODE (the packed M = 1
+    path, integer codes q): w = q*S + C, S = s, C = -z*s (uint)."""
     if G % BK == 0:
         srow = k0 // G
         s = tl.load(s_ptr + srow * N + n, mask=nmask, other=0.0).to(tl.float32)[None, :]
@@ -267,7 +268,13 @@ def _load_sc(s_ptr, z_ptr, k0, n, nmask, N, G: tl.constexpr, KIND: tl.constexpr,
         s = tl.load(s_ptr + soff, mask=nmask[None, :], other=0.0).to(tl.float32)
         if KIND == 0:
             z = tl.load(z_ptr + soff, mask=nmask[None, :], other=0.0).to(tl.float32)
-    if KIND == 0:
+    if QCODE:
+        S = s
+        if KIND == 0:
+            C = -(z * s)
+        else:
+            C = s * 0
+    elif KIND == 0:
         S = s * (1 << B)
         C = -(z + (1 << B)) * s
     elif KIND == 1:
@@ -422,7 +429,7 @@ def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, KW, st
             DST: tl.constexpr = 23 - B
         acc2 = tl.zeros([BKW, BN], dtype=tl.float32)
         w0n, w1n, w2n = _load_words(p0, p1, p2, kbeg, n, nmask[None, :], KW, TN, TKW, P1, P2, BKW)
-        Sn, Cn = _load_sc(s_ptr, z_ptr, kbeg, n, nmask, N, G, KIND, B, FSCALE, BK)
+        Sn, Cn = _load_sc(s_ptr, z_ptr, kbeg, n, nmask, N, G, KIND, B, FSCALE, BK, PACKED)
         for k0 in range(kbeg, kend, BK):
             w0 = w0n
             w1 = w1n
@@ -431,21 +438,34 @@ def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, KW, st
             C = Cn
             kn = k0 + BK
             w0n, w1n, w2n = _load_words(p0, p1, p2, kn, n, nmask[None, :] & (kn < kend), KW, TN, TKW, P1, P2, BKW)
-            Sn, Cn = _load_sc(s_ptr, z_ptr, tl.minimum(kn, kend - BK), n, nmask, N, G, KIND, B, FSCALE, BK)
-            t = tl.zeros([BKW, BN], dtype=tl.float32)
-            xs = tl.zeros([BKW], dtype=tl.float32)
-            for j in tl.static_range(8):
-                v = _val(_code(w0, w1, w2, j // 2 + 4 * (j % 2), B, 8 * P0, 8 * P1, 8 * P2, DST),
-                         MAGIC, KIND, EXPB)
-                if KIND == 2:
-                    v = v * FSCALE
-                xj = tl.load(x_ptr + k0 + kw * 8 + j).to(tl.float32)
-                t += v * xj[:, None]
-                xs += xj
-            if KIND == 2:
-                acc2 += t * S
+            Sn, Cn = _load_sc(s_ptr, z_ptr, tl.minimum(kn, kend - BK), n, nmask, N, G, KIND, B, FSCALE, BK, PACKED)
+            if PACKED:   # integer codes dotted with x in f16x2 (packed.asm_dot8), scale per chunk in f32
+                xp = x_ptr.to(tl.pointer_type(tl.int32)) + k0 // 2 + kw * 4
+                t = tl.inline_asm_elementwise(
+                    ASM, "=f,r,r,r,r,r,r",
+                    [w0.to(tl.int32, bitcast=True), w1.to(tl.int32, bitcast=True), tl.load(xp)[:, None],
+                     tl.load(xp + 1)[:, None], tl.load(xp + 2)[:, None], tl.load(xp + 3)[:, None]],
+                    tl.float32, True, 1)
+                xs = tl.sum(tl.load(x_ptr + k0 + kw[:, None] * 8 + tl.arange(0, 8)[None, :]).to(tl.float32), axis=1)
+                if KIND == 0:
+                    acc2 += t * S + xs[:, None] * C
+                else:
+                    acc2 += t * S
             else:
-                acc2 += t * S + xs[:, None] * C
+                t = tl.zeros([BKW, BN], dtype=tl.float32)
+                xs = tl.zeros([BKW], dtype=tl.float32)
+                for j in tl.static_range(8):
+                    v = _val(_code(w0, w1, w2, j // 2 + 4 * (j % 2), B, 8 * P0, 8 * P1, 8 * P2, DST),
+                             MAGIC, KIND, EXPB)
+                    if KIND == 2:
+                        v = v * FSCALE
+                    xj = tl.load(x_ptr + k0 + kw * 8 + j).to(tl.float32)
+                    t += v * xj[:, None]
+                    xs += xj
+                if KIND == 2:
+                    acc2 += t * S
+                else:
+                    acc2 += t * S + xs[:, None] * C
         acc = tl.sum(acc2, axis=0)[None, :]
     yp = y_ptr + m[:, None] * stride_ym + n[None, :]
     msk = mmask[:, None] & nmask[None, :]
@@ -642,12 +662,13 @@ def _ptrs(pw: PreparedWeight):
     return ps[0], ps[1], ps[2], pw.scales, z, magic
 
 
-def _packed_asm(pw: PreparedWeight) -> str:
+def _packed_asm(pw: PreparedWeight, dot8: bool = False) -> str:
     """PTX of the packed f16x2 dequantization if it applies (GPU, f16 activations, uint 1/2/4/8,
-    int 2/4/8 bits), else ''.  The interpreter cannot run inline PTX."""
+    int 2/4/8 bits), else ''; dot8: the M = 1 variant (codes dotted with x).  The interpreter
+    cannot run inline PTX."""
     if INTERPRET or pw.act_dtype != torch.float16 or not packed.supported(pw.fmt.kind, pw.fmt.bits):
         return ""
-    return packed.asm(pw.fmt.kind, pw.fmt.bits)
+    return (packed.asm_dot8 if dot8 else packed.asm)(pw.fmt.kind, pw.fmt.bits)
 
 
 def dequantize(pw: PreparedWeight, bn: int = 64, bk: int = 64, warps: int = 4, x2: bool = True) -> torch.Tensor:
@@ -693,7 +714,7 @@ def lowbit_matmul(x: torch.Tensor, pw: PreparedWeight, config: Optional[Config] 
     grid = (triton.cdiv(N, cfg.bn), cfg.split_k, triton.cdiv(M, bm))
     # RAW: feed v = 1 + u/2^B (exact in f16; in bf16 for B <= 7) to the tensor cores and
     # scale per tile; needs a tile inside one group
-    asm = _packed_asm(pw) if cfg.path == "dot" and cfg.x2 else ""
+    asm = (_packed_asm(pw) if cfg.path == "dot" else _packed_asm(pw, dot8=True)) if cfg.x2 else ""
     raw = (cfg.path == "dot" and cfg.raw and not asm and pw.fmt.kind != "float" and pw.group % cfg.bk == 0
            and (pw.act_dtype == torch.float16 or pw.fmt.bits <= 7))
     _mm_small_kernel[grid](x, *_ptrs(pw), y, M, N, K // 8, x.stride(0), y.stride(0), **_consts(pw), RAW=raw,
