@@ -133,13 +133,16 @@ CONSTRAINTS = "=r,=r,=r,=r," + ",".join(["r"] * 24)
 
 def asm_dot8(kind: str, bits: int) -> str:
     """PTX for the M = 1 path, tl.inline_asm_elementwise(pack=1) over [R, C] chunks:
-    $0 (f32) = sum over the chunk's 8 k of q_k * x_k, with $1 = w0, $2 = w1 (B = 8) and
-    $3..$6 = the x pairs (x_2o, x_2o+1) as f16x2.  q_k is the integer code (exact in f16);
-    the 8 products are summed in f16x2 (4 HFMA2), the two lanes in f32.  The caller applies
-    the group scale and zero point per chunk in f32: y += s * t - z * s * sum(x)."""
+    $0 (f32) = sum over the chunk's 8 k of (q_k - z) * x_k, with $1 = w0, $2 = w1 (B = 8),
+    $3..$6 = the x pairs (x_2o, x_2o+1) as f16x2 and $7 = the zero point z (f16; uint only).
+    q_k is the integer code (exact in f16), q_k - z is rounded once (as the dequantized weight
+    would be); the 8 products are summed in f16x2 (4 HFMA2), the two lanes in f32.  The
+    caller applies the group scale per chunk in f32: y += s * t."""
     r = recipe(kind, bits)
     W0, W1 = "$1", "$2"
-    lines = ["{", ".reg .b32 d, h, t, q, k1, k2, a;", ".reg .f16 lo, hi;", ".reg .f32 fl, fh;"]
+    lines = ["{", ".reg .b32 d, h, t, q, k1, k2, a, zz;", ".reg .f16 lo, hi;", ".reg .f32 fl, fh;"]
+    if kind == "uint":
+        lines.append("mov.b32 zz, {$7, $7};")
     if r.pre and r.pre.startswith("prmt:"):
         lines.append(f"prmt.b32 d, {W0}, {W0}, {r.pre[5:]};")
     elif r.pre == "shr8":
@@ -152,13 +155,15 @@ def asm_dot8(kind: str, bits: int) -> str:
         lines += [f"lop3.b32 t, {src}, {out.mask:#x}, {out.y:#x}, {out.lut:#x};",
                   f"mov.b32 k1, {out.scale:#x};",
                   f"mov.b32 k2, {out.offset:#x};",
-                  "fma.rn.f16x2 q, t, k1, k2;",
-                  f"mul.rn.f16x2 a, q, ${3 + o};" if o == 0 else f"fma.rn.f16x2 a, q, ${3 + o}, a;"]
+                  "fma.rn.f16x2 q, t, k1, k2;"]
+        if kind == "uint":
+            lines.append("sub.rn.f16x2 q, q, zz;")
+        lines.append(f"mul.rn.f16x2 a, q, ${3 + o};" if o == 0 else f"fma.rn.f16x2 a, q, ${3 + o}, a;")
     lines += ["mov.b32 {lo, hi}, a;", "cvt.f32.f16 fl, lo;", "cvt.f32.f16 fh, hi;", "add.f32 $0, fl, fh;", "}"]
     return "\n".join(lines)
 
 
-CONSTRAINTS_DOT8 = "=f,r,r,r,r,r,r"
+CONSTRAINTS_DOT8 = "=f,r,r,r,r,r,r,h"
 
 
 # ----------------------------------------------------------------------------- emulation

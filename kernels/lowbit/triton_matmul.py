@@ -256,7 +256,7 @@ def _load_sc(s_ptr, z_ptr, k0, n, nmask, N, G: tl.constexpr, KIND: tl.constexpr,
              FSCALE: tl.constexpr, BK: tl.constexpr, QCODE: tl.constexpr = False):
     """Per-tile factors (S, C), f32, shape [1, BN] (tile in one group) or [BK/8, BN]:
     uint/int: w = v*S + C;  float: w = (v*FSCALE)*S, C unused.  QCODE (the packed M = 1
-    path, integer codes q): w = q*S + C, S = s, C = -z*s (uint)."""
+    path, integer codes q): w = (q - C) * S, S = s, C = z (uint; 0 for int)."""
     if G % BK == 0:
         srow = k0 // G
         s = tl.load(s_ptr + srow * N + n, mask=nmask, other=0.0).to(tl.float32)[None, :]
@@ -268,10 +268,10 @@ def _load_sc(s_ptr, z_ptr, k0, n, nmask, N, G: tl.constexpr, KIND: tl.constexpr,
         s = tl.load(s_ptr + soff, mask=nmask[None, :], other=0.0).to(tl.float32)
         if KIND == 0:
             z = tl.load(z_ptr + soff, mask=nmask[None, :], other=0.0).to(tl.float32)
-    if QCODE:
+    if QCODE:   # w = (q - z) * s: S = s, C = z (f16-exact, the asm subtracts it)
         S = s
         if KIND == 0:
-            C = -(z * s)
+            C = z
         else:
             C = s * 0
     elif KIND == 0:
@@ -439,18 +439,15 @@ def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, KW, st
             kn = k0 + BK
             w0n, w1n, w2n = _load_words(p0, p1, p2, kn, n, nmask[None, :] & (kn < kend), KW, TN, TKW, P1, P2, BKW)
             Sn, Cn = _load_sc(s_ptr, z_ptr, tl.minimum(kn, kend - BK), n, nmask, N, G, KIND, B, FSCALE, BK, PACKED)
-            if PACKED:   # integer codes dotted with x in f16x2 (packed.asm_dot8), scale per chunk in f32
+            if PACKED:   # codes minus zero point dotted with x in f16x2 (packed.asm_dot8); scale per chunk in f32
                 xp = x_ptr.to(tl.pointer_type(tl.int32)) + k0 // 2 + kw * 4
                 t = tl.inline_asm_elementwise(
-                    ASM, "=f,r,r,r,r,r,r",
+                    ASM, "=f,r,r,r,r,r,r,h",
                     [w0.to(tl.int32, bitcast=True), w1.to(tl.int32, bitcast=True), tl.load(xp)[:, None],
-                     tl.load(xp + 1)[:, None], tl.load(xp + 2)[:, None], tl.load(xp + 3)[:, None]],
+                     tl.load(xp + 1)[:, None], tl.load(xp + 2)[:, None], tl.load(xp + 3)[:, None],
+                     tl.broadcast_to(C, (BKW, BN)).to(tl.float16)],
                     tl.float32, True, 1)
-                xs = tl.sum(tl.load(x_ptr + k0 + kw[:, None] * 8 + tl.arange(0, 8)[None, :]).to(tl.float32), axis=1)
-                if KIND == 0:
-                    acc2 += t * S + xs[:, None] * C
-                else:
-                    acc2 += t * S
+                acc2 += t * S
             else:
                 t = tl.zeros([BKW, BN], dtype=tl.float32)
                 xs = tl.zeros([BKW], dtype=tl.float32)
@@ -567,17 +564,16 @@ def configs_for(M: int, K: int, N: int, fmt=None, group: int = 128) -> List[Conf
     path is the default (best measured on an H200 at K=8192, N=57344, see NOTES.md)."""
     out: List[Config] = []
     if M == 1:
-        for bn, bk, w in [(64, 128, 4), (128, 64, 4), (256, 32, 4), (256, 64, 8), (64, 64, 2),
-                          (128, 128, 4), (128, 32, 2)]:
+        for bn, bk, w in [(128, 128, 4), (64, 128, 4), (256, 64, 8), (64, 64, 2), (128, 64, 4),
+                          (256, 32, 4), (128, 32, 2)]:
             out.append(Config("fma", bn, bk, _split(K, N, bn, bk), w, 1))
     if M <= MAX_DOT_M:
         bm = 16 if M <= 16 else (32 if M <= 32 else 64)
         # (bn, bk, warps, stages, bm, xw): y^T = W^T x^T (wgmma N = bm, the weight tile from
         # registers) or y = x @ W (with bm = 64: wgmma with both operands in shared memory)
-        for bn, bk, w, st, m, xw in [(64, 128, 4, 3, bm, False), (128, 128, 8, 3, max(bm, 64), True),
-                                     (64, 256, 4, 3, bm, False), (128, 256, 8, 2, max(bm, 64), True),
-                                     (128, 128, 8, 3, bm, False), (64, 128, 4, 3, bm, True),
-                                     (64, 64, 4, 4, bm, False)]:
+        for bn, bk, w, st, m, xw in [(64, 64, 4, 4, bm, False), (64, 128, 4, 3, bm, True),
+                                     (64, 128, 4, 3, bm, False), (128, 128, 8, 3, bm, False),
+                                     (64, 256, 4, 3, bm, False), (128, 128, 8, 3, max(bm, 64), True)]:
             out.append(Config("dot", bn, bk, _split(K, N, bn, bk), w, st, m, xw=xw))
         out.append(Config("dot", 64, 64, _split(K, N, 64, 64), 4, 4, bm, raw=True))
     if M > 16:
