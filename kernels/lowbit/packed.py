@@ -28,6 +28,7 @@ w1 x 8, (s, s) x 4, (zs, zs) x 4, all copies of one value per chunk).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import List, Optional
 
 import numpy as np
@@ -101,6 +102,7 @@ def recipe(kind: str, bits: int) -> Recipe:
     return Recipe(kind, B, pre, outs)
 
 
+@lru_cache(maxsize=None)
 def asm(kind: str, bits: int) -> str:
     """PTX for tl.inline_asm_elementwise(pack=8): $0..$3 = outputs (f16x2, k = 2o, 2o + 1),
     $4 = w0, $12 = w1 (B = 8), $20 = (s, s), $24 = (zs, zs); the other inputs are copies."""
@@ -131,6 +133,7 @@ def asm(kind: str, bits: int) -> str:
 CONSTRAINTS = "=r,=r,=r,=r," + ",".join(["r"] * 24)
 
 
+@lru_cache(maxsize=None)
 def asm_dot8(kind: str, bits: int) -> str:
     """PTX for the M = 1 path, tl.inline_asm_elementwise(pack=1) over [R, C] chunks:
     $0 (f32) = sum over the chunk's 8 k of (q_k - z) * x_k, with $1 = w0, $2 = w1 (B = 8),
