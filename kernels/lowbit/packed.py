@@ -102,13 +102,10 @@ def recipe(kind: str, bits: int) -> Recipe:
     return Recipe(kind, B, pre, outs)
 
 
-@lru_cache(maxsize=None)
-def asm(kind: str, bits: int) -> str:
-    """PTX for tl.inline_asm_elementwise(pack=8): $0..$3 = outputs (f16x2, k = 2o, 2o + 1),
-    $4 = w0, $12 = w1 (B = 8), $20 = (s, s), $24 = (zs, zs); the other inputs are copies."""
-    r = recipe(kind, bits)
-    W0, W1, S, Z = "$4", "$12", "$20", "$24"
-    lines = ["{", ".reg .b32 d, h, t, q, k1, k2;"]
+def _codes_ptx(r: Recipe, W0: str, W1: str, use) -> list:
+    """PTX that leaves output o's two integer codes in register q (f16x2, exact), followed by
+    the lines ``use(o)`` returns for consuming them."""
+    lines = []
     if r.pre and r.pre.startswith("prmt:"):
         lines.append(f"prmt.b32 d, {W0}, {W0}, {r.pre[5:]};")
     elif r.pre == "shr8":
@@ -121,13 +118,18 @@ def asm(kind: str, bits: int) -> str:
         lines += [f"lop3.b32 t, {src}, {out.mask:#x}, {out.y:#x}, {out.lut:#x};",
                   f"mov.b32 k1, {out.scale:#x};",
                   f"mov.b32 k2, {out.offset:#x};",
-                  "fma.rn.f16x2 q, t, k1, k2;"]
-        if kind == "uint":
-            lines.append(f"fma.rn.f16x2 ${o}, q, {S}, {Z};")
-        else:
-            lines.append(f"mul.rn.f16x2 ${o}, q, {S};")
-    lines.append("}")
-    return "\n".join(lines)
+                  "fma.rn.f16x2 q, t, k1, k2;"] + use(o)
+    return lines
+
+
+@lru_cache(maxsize=None)
+def asm(kind: str, bits: int) -> str:
+    """PTX for tl.inline_asm_elementwise(pack=8): $0..$3 = outputs (f16x2, k = 2o, 2o + 1),
+    $4 = w0, $12 = w1 (B = 8), $20 = (s, s), $24 = (zs, zs); the other inputs are copies."""
+    scale = (lambda o: [f"fma.rn.f16x2 ${o}, q, $20, $24;"]) if kind == "uint" else \
+        (lambda o: [f"mul.rn.f16x2 ${o}, q, $20;"])
+    body = _codes_ptx(recipe(kind, bits), "$4", "$12", scale)
+    return "\n".join(["{", ".reg .b32 d, h, t, q, k1, k2;", *body, "}"])
 
 
 CONSTRAINTS = "=r,=r,=r,=r," + ",".join(["r"] * 24)
@@ -141,29 +143,15 @@ def asm_dot8(kind: str, bits: int) -> str:
     q_k is the integer code (exact in f16), q_k - z is rounded once (as the dequantized weight
     would be); the 8 products are summed in f16x2 (4 HFMA2), the two lanes in f32.  The
     caller applies the group scale per chunk in f32: y += s * t."""
-    r = recipe(kind, bits)
-    W0, W1 = "$1", "$2"
-    lines = ["{", ".reg .b32 d, h, t, q, k1, k2, a, zz;", ".reg .f16 lo, hi;", ".reg .f32 fl, fh;"]
+    def dot(o):
+        zero = ["sub.rn.f16x2 q, q, zz;"] if kind == "uint" else []
+        return zero + [f"mul.rn.f16x2 a, q, ${3 + o};" if o == 0 else f"fma.rn.f16x2 a, q, ${3 + o}, a;"]
+
+    head = ["{", ".reg .b32 d, h, t, q, k1, k2, a, zz;", ".reg .f16 lo, hi;", ".reg .f32 fl, fh;"]
     if kind == "uint":
-        lines.append("mov.b32 zz, {$7, $7};")
-    if r.pre and r.pre.startswith("prmt:"):
-        lines.append(f"prmt.b32 d, {W0}, {W0}, {r.pre[5:]};")
-    elif r.pre == "shr8":
-        lines += [f"mov.b32 d, {W0};", f"shr.b32 h, {W0}, 8;"]
-    for o, out in enumerate(r.outputs):
-        src = out.src
-        if src == "p":
-            lines.append(f"prmt.b32 d, {W0}, {W1}, {out.sel:#x};")
-            src = "d"
-        lines += [f"lop3.b32 t, {src}, {out.mask:#x}, {out.y:#x}, {out.lut:#x};",
-                  f"mov.b32 k1, {out.scale:#x};",
-                  f"mov.b32 k2, {out.offset:#x};",
-                  "fma.rn.f16x2 q, t, k1, k2;"]
-        if kind == "uint":
-            lines.append("sub.rn.f16x2 q, q, zz;")
-        lines.append(f"mul.rn.f16x2 a, q, ${3 + o};" if o == 0 else f"fma.rn.f16x2 a, q, ${3 + o}, a;")
-    lines += ["mov.b32 {lo, hi}, a;", "cvt.f32.f16 fl, lo;", "cvt.f32.f16 fh, hi;", "add.f32 $0, fl, fh;", "}"]
-    return "\n".join(lines)
+        head.append("mov.b32 zz, {$7, $7};")
+    tail = ["mov.b32 {lo, hi}, a;", "cvt.f32.f16 fl, lo;", "cvt.f32.f16 fh, hi;", "add.f32 $0, fl, fh;", "}"]
+    return "\n".join(head + _codes_ptx(recipe(kind, bits), "$1", "$2", dot) + tail)
 
 
 CONSTRAINTS_DOT8 = "=f,r,r,r,r,r,r,h"
