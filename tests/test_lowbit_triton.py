@@ -14,7 +14,7 @@ import torch
 import kernels
 from kernels.lowbit.formats import ALL_FORMAT_NAMES, dequantize_ref, parse_format, quantize, random_quantized
 from kernels.lowbit.triton_matmul import (Config, autotune, choose_config, config_str, configs_for,
-                                          lowbit_matmul, parse_config, prepare)
+                                          lowbit_matmul, parse_config, prepare, tuning_summary)
 
 if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("needs a GPU or TRITON_INTERPRET=1", allow_module_level=True)
@@ -112,6 +112,10 @@ def test_default_config_and_autotune():
 
     best = autotune(x, pw, timer, configs=cands)
     assert best == cands[-1] and choose_config(1, pw) == best
+    summary = tuning_summary(1, pw)                      # every timed candidate, fastest first
+    assert summary.split()[0].startswith(str(best) + "=") and len(summary.split()) == len(cands)
+    for c in (Config("dot", 64, 64, 2, 4, 4, 64, raw=False, x2=False, xw=True), Config("deq_mm", 64, 32, 1, 4, 1, x2=False)):
+        assert parse_config(str(c)) == c
     assert str(Config("dot", 128, 64, 2, 4, 3)) == "dot:n128k64s2w4p3"
     assert str(Config("deq_mm", 64, 64, 1, 4, 1)) == "deq_mm:n64k64w4"
     for c in configs_for(1, 8192, 57344, pw.fmt, 128) + configs_for(64, 8192, 4096, pw.fmt, 128):
