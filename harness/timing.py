@@ -47,6 +47,7 @@ class Timing:
     n: int
     sm_clock_mhz: float | None
     method: str             # cuda-events | cuda-graph | cpu-wallclock
+    host_ms: float | None = None   # median host time of one call (enqueue only); >= median_ms: host-bound
 
 
 def _quantile(xs: list[float], q: float) -> float:
@@ -127,16 +128,22 @@ class Timer:
                 break
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.samples)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.samples)]
+        host = []
         for s, e in zip(starts, ends):
             if self._flush is not None:
                 self._flush.zero_()
             s.record()
+            h0 = time.perf_counter()
             run()
+            host.append((time.perf_counter() - h0) * 1e3)
             e.record()
         clock = sm_clock_mhz()                 # read while the queued samples run
         torch.cuda.synchronize()
         ts = [s.elapsed_time(e) for s, e in zip(starts, ends)]
-        return Timing(statistics.median(ts), _quantile(ts, 0.1), _quantile(ts, 0.9), len(ts), clock, self.method)
+        # CUDA events also count time the GPU waits for the host to enqueue the call: when the
+        # host time of a call approaches the GPU time, the timing measures the launch path
+        return Timing(statistics.median(ts), _quantile(ts, 0.1), _quantile(ts, 0.9), len(ts), clock, self.method,
+                      statistics.median(host))
 
 
 def measure_read_bandwidth(timer: Timer, gib: float = 4.0) -> float:

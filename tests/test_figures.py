@@ -103,3 +103,21 @@ def test_every_figure_regenerates_from_the_committed_results(tmp_path):
         assert f"No GPU results are committed for this experiment yet" not in text.split(f"## {exp}")[1].split("\n## ")[0]
     pngs = {p.stem for p in (tmp_path / "figures").glob("*.png")}
     assert {"gemm_shapes_roofline", "tilus_fig9", "tilus_fig13", "proton_fig15", "proton_fig15_timeline"} <= pngs
+
+
+def test_fig9_targets_table_shows_host_time_when_recorded():
+    from experiments.tilus_fig9.figures import targets
+    rows = []
+    for impl, ms, host in (("cublas", 0.048, 0.01), ("triton", 0.20, 0.19), ("tilus", 0.031, None)):
+        wd = "f16" if impl == "cublas" else "i4"
+        base = dict(gpu="h200", model="llama3_70b", layer="o", M=1, K=8192, N=8192, weight_dtype=wd, act_dtype="f16",
+                    impl=impl, status="ok")
+        rows += [{**base, "metric": "latency_ms", "value": ms}, {**base, "metric": "roofline_frac", "value": 0.0085 / ms}]
+        if host is not None:
+            rows.append({**base, "metric": "host_ms", "value": host})
+    t = targets(pd.DataFrame(rows))
+    r = t.iloc[0]
+    assert r["ours ms"] == 0.20 and r["tilus ms"] == 0.031 and r["ours host ms"] == 0.19
+    assert r["ours <= tilus"] == "no" and abs(r["ours % of floor"] - 4.25) < 1e-9
+    # committed rows from before host_ms existed: no column, no error
+    assert "ours host ms" not in targets(pd.DataFrame([x for x in rows if x["metric"] != "host_ms"])).columns

@@ -134,6 +134,8 @@ class WeightOnlyMatmul:
             Metric("rel_err", err, "1", impl_config=c),
             Metric("prepare_s", prepare_s, "s", impl_config=c),
         ]
+        if t.host_ms is not None:     # host time per call: a row whose host_ms nears latency_ms is launch-bound
+            ms.append(Metric("host_ms", t.host_ms, "ms", impl_config=c))
         if floor_ms:
             ms += [Metric("floor_ms", floor_ms, "ms", impl_config=c),
                    Metric("roofline_frac", floor_ms / t.median_ms, "1", impl_config=c)]
