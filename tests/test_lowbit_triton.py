@@ -56,7 +56,7 @@ def test_every_format_small_m(name):
 
 CASES = [(1, Config("fma", 32, 64, 2)), (16, Config("dot", 16, 64, 1)), (3, Config("dot", 32, 16, 4)),
          (24, None), (17, Config("deq_mm", 32, 16)), (40, Config("dot", 16, 32, 1, bm=16)),
-         (9, Config("dot", 32, 32, 1, raw=False)), (2, Config("dot", 32, 32, 2, 4, 2, 64, xw=True))]
+         (9, Config("dot", 32, 32, 1, x2=False)), (2, Config("dot", 32, 32, 2, 4, 2, 64, xw=True))]
 
 
 @pytest.mark.parametrize("name", ["u1", "u3", "u4", "i4", "i6", "u7", "f4e2m1", "f6e3m2", "f8e4m3", "i8"])
@@ -114,7 +114,7 @@ def test_default_config_and_autotune():
     assert best == cands[-1] and choose_config(1, pw) == best
     summary = tuning_summary(1, pw)                      # every timed candidate, fastest first
     assert summary.split()[0].startswith(str(best) + "=") and len(summary.split()) == len(cands)
-    for c in (Config("dot", 64, 64, 2, 4, 4, 64, raw=False, x2=False, xw=True), Config("deq_mm", 64, 32, 1, 4, 1, x2=False)):
+    for c in (Config("dot", 64, 64, 2, 4, 4, 64, x2=False, xw=True), Config("deq_mm", 64, 32, 1, 4, 1, x2=False)):
         assert parse_config(str(c)) == c
     assert str(Config("dot", 128, 64, 2, 4, 3)) == "dot:n128k64s2w4p3"
     assert str(Config("deq_mm", 64, 64, 1, 4, 1)) == "deq_mm:n64k64w4"

@@ -44,7 +44,7 @@ def compile_sm90(name: str, cfg, group: int = 128):
     asm = ""
     if cfg.x2 and packed.supported(pw.fmt.kind, pw.fmt.bits):
         asm = (packed.asm if cfg.path == "dot" else packed.asm_dot8)(pw.fmt.kind, pw.fmt.bits)
-    consts = dict(tm._consts(pw), TN=tm.LAYOUT_TN, TKW=tm.LAYOUT_TKW, G=group if group > 0 else 8192, RAW=False, PACKED=bool(asm), ASM=asm,
+    consts = dict(tm._consts(pw), TN=tm.LAYOUT_TN, TKW=tm.LAYOUT_TKW, G=group if group > 0 else 8192, PACKED=bool(asm), ASM=asm,
                   BM=cfg.bm if cfg.path == "dot" else 1, BN=cfg.bn, BK=cfg.bk, KSPLIT=8192,
                   USE_DOT=cfg.path == "dot", XW=cfg.xw, ATOMIC=False, INTERP=False)
     sig.update({k: "constexpr" for k in consts})

@@ -6,34 +6,35 @@ activations, any group size that is a multiple of 8 (or -1).
 Kernel layout (``prepare``, once, outside timing)
 -------------------------------------------------
 The 8 codes of 8 consecutive k (k = 8*kw + j) of one column n form a "chunk": a
-dense little-endian stream of 8*b bits, code j at stream bits [j*b, j*b+b).  The
-chunk (b bytes) is split into power-of-two words (PARTS: b=3 -> 16+8 bits, 5 ->
-32+8, 6 -> 32+16, 7 -> 32+16+8, 8 -> 32+32; 1, 2, 4 -> one 8/16/32-bit word),
-and word i of every chunk is stored in its own [K/8, N] array (int8/int16/int32),
-row-major, so a tile row of words is contiguous along N (wide coalesced loads) and
-every word array of a tile has the same [BK/8, BN] shape.  A code is extracted
-with one shift + one AND per word it touches (at most 2; ~1 code in 8 straddles a
-word boundary for b = 3, 5, 6, 7).  Total bytes = K*N*b/8 exactly (no inflation)
-+ scales (+ zeros).
+dense little-endian stream of 8*b bits, slot t at stream bits [t*b, t*b+b); code k
+sits in slot ``packed.SLOT[k]`` (= k//2 + 4*(k%2), so the packed dequantization yields
+consecutive k pairs).  The chunk (b bytes) is split into power-of-two words (PARTS:
+b=3 -> 16+8 bits, 5 -> 32+8, 6 -> 32+16, 7 -> 32+16+8, 8 -> 32+32; 1, 2, 4 -> one
+8/16/32-bit word); word i of every chunk is stored in its own int8/int16/int32 array,
+in blocks of TKW=16 word rows (128 k) x TN=64 columns that are contiguous in memory
+(a column's 16 words, then the next column; the blocks of a 64-column strip in K
+order), so a CTA streams contiguous memory.  Total bytes = K*N*b/8 exactly (no
+inflation) + scales (+ zeros).
 
-Dequantization without int->float conversions (details above ``_sh``): uint/int
-codes are OR-ed into the mantissa of 1.0 (v = 1 + u/2^B, int as offset binary),
-floats are placed into an f32 bit pattern (value * 2^(bias-127), subnormal codes
-as f32 denormals, which Triton does not flush).
+Dequantization without int->float conversions: on the GPU with f16 activations, uint
+1/2/4/8 and int 2/4/8 codes go through ``packed`` (LOP3 + HFMA2, two weights per
+instruction).  Everything else (and the interpreter) uses the f32 route (details above
+``_sh``): uint/int codes are OR-ed into the mantissa of 1.0 (v = 1 + u/2^B, int as
+offset binary), floats are placed into an f32 bit pattern (value * 2^(bias-127),
+subnormal codes as f32 denormals, which Triton does not flush).
 
 Paths (``Config.path``)
 -----------------------
 * ``fma`` (M == 1, decode): each program owns BN columns and a K range (split-K
   over programs when N is small), streams its weight bytes exactly once and
   prefetches the next tile's words and scales into registers before computing the
-  current one.  Per 8-code chunk: an FMA chain t += x_j * v_j on CUDA cores, then
-  acc += t*S + sum(x)*C (the group scale once per 8 codes).  ~3 instructions per
-  weight in the inner loop + ~2 of overhead (SASS, sm_90).
-* ``dot`` (M <= 256, decode / small batch): y^T = W^T x^T with the dequantized
-  tile as the tl.dot A operand (k contiguous per thread -> vector smem stores),
-  x padded to BM (16/32/64...) rows; Triton's cp.async pipelining (``stages``).
-  uint/int with a tile inside one group ("raw"): the tensor cores see 1 + u/2^B
-  (exact in f16; in bf16 for B <= 7) and the scales are applied per tile.
+  current one.  Packed formats: per chunk the 8 codes minus zero point are dotted with
+  x in f16x2 (``packed.asm_dot8``) and scaled in f32; others: an f32 FMA chain
+  t += x_j * v_j, then acc += t*S + sum(x)*C (the group scale once per 8 codes).
+* ``dot`` (M <= 256, decode / small batch): y^T = W^T x^T with the dequantized tile as
+  the tl.dot A operand (wgmma N = BM), or with ``xw`` y = x @ W (the tile as the B
+  operand, from shared memory); x padded to BM (16/32/64...) rows; Triton's cp.async
+  pipelining (``stages``).
 * ``deq_mm`` (large M, prefill): a Triton kernel dequantizes W to the activation
   dtype, then torch.matmul (cuBLAS); the dequantization is part of the call and
   therefore of any timing of it.
@@ -331,11 +332,10 @@ def _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW, TN: tl.c
                   G: tl.constexpr, KIND: tl.constexpr, B: tl.constexpr,
                   P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
                   EXPB: tl.constexpr, FSCALE: tl.constexpr, FOLD: tl.constexpr, BK: tl.constexpr,
-                  RAW: tl.constexpr, PACKED: tl.constexpr = False, ASM: tl.constexpr = ""):
-    """Rows k0 .. k0+BK, columns n -> f32 [BK//8, BN, 8] (k = k0 + 8*kw + j), the 8
-    codes of a word in one thread.  RAW (uint/int only): return v = 1 + u/2^B and let
-    the caller apply S, C per tile; else the dequantized weight.  PACKED (GPU, f16,
-    uint/int of 1, 2, 4, 8 bits): the weight in f16, dequantized two per instruction."""
+                  PACKED: tl.constexpr = False, ASM: tl.constexpr = ""):
+    """Rows k0 .. k0+BK, columns n -> the dequantized weight [BK//8, BN, 8] (k = k0 + 8*kw + j),
+    the 8 codes of a word in one thread: f32, or f16 when PACKED (GPU, f16, uint/int of
+    1, 2, 4, 8 bits: dequantized two per instruction, packed.py)."""
     w0, w1, w2 = _load_words(p0, p1, p2, k0, n, nmask[None, :], KW, TN, TKW, P1, P2, BK // 8)
     if PACKED:
         s16, zs16 = _load_sz16(s_ptr, z_ptr, k0, n, nmask, N, G, KIND, BK)
@@ -347,17 +347,14 @@ def _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW, TN: tl.c
             DST: tl.constexpr = 23 - B
         q = _place8(w0, w1, w2, B, 8 * P0, 8 * P1, 8 * P2, DST)
         v = _val(q, MAGIC, KIND, EXPB)
-        if RAW:
-            w = v
-        else:
-            S, C = _load_sc(s_ptr, z_ptr, k0, n, nmask, N, G, KIND, B, FSCALE, BK)
-            if KIND == 2:
-                if FOLD:
-                    w = v * (S * FSCALE)[:, :, None]
-                else:
-                    w = (v * FSCALE) * S[:, :, None]
+        S, C = _load_sc(s_ptr, z_ptr, k0, n, nmask, N, G, KIND, B, FSCALE, BK)
+        if KIND == 2:
+            if FOLD:
+                w = v * (S * FSCALE)[:, :, None]
             else:
-                w = v * S[:, :, None] + C[:, :, None]
+                w = (v * FSCALE) * S[:, :, None]
+        else:
+            w = v * S[:, :, None] + C[:, :, None]
     return w
 
 
@@ -366,7 +363,7 @@ def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, KW, st
                      TN: tl.constexpr, TKW: tl.constexpr,
                      G: tl.constexpr, KIND: tl.constexpr, B: tl.constexpr,
                      P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
-                     EXPB: tl.constexpr, FSCALE: tl.constexpr, FOLD: tl.constexpr, RAW: tl.constexpr,
+                     EXPB: tl.constexpr, FSCALE: tl.constexpr, FOLD: tl.constexpr,
                      PACKED: tl.constexpr, ASM: tl.constexpr,
                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KSPLIT: tl.constexpr,
                      USE_DOT: tl.constexpr, XW: tl.constexpr, ATOMIC: tl.constexpr, INTERP: tl.constexpr):
@@ -386,7 +383,7 @@ def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, KW, st
         acc = tl.zeros([BM, BN], dtype=tl.float32)
         for k0 in range(kbeg, kend, BK):
             w = _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW, TN, TKW, G, KIND, B, P0, P1, P2,
-                              EXPB, FSCALE, FOLD, BK, False, PACKED, ASM)
+                              EXPB, FSCALE, FOLD, BK, PACKED, ASM)
             wk = tl.reshape(tl.permute(w.to(x_ptr.dtype.element_ty), (0, 2, 1)), (BK, BN))
             xk = k0 + tl.arange(0, BK)
             xa = tl.load(x_ptr + m[:, None] * stride_xm + xk[None, :], mask=mmask[:, None], other=0.0)
@@ -402,20 +399,14 @@ def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, KW, st
         accT = tl.zeros([BN, BM], dtype=tl.float32)
         for k0 in range(kbeg, kend, BK):
             w = _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW, TN, TKW, G, KIND, B, P0, P1, P2,
-                              EXPB, FSCALE, FOLD, BK, RAW, PACKED, ASM)
+                              EXPB, FSCALE, FOLD, BK, PACKED, ASM)
             wt = tl.reshape(tl.permute(w.to(x_ptr.dtype.element_ty), (1, 0, 2)), (BN, BK))
             xk = k0 + tl.arange(0, BK)
             xt = tl.load(x_ptr + m[None, :] * stride_xm + xk[:, None], mask=mmask[None, :], other=0.0)
             if INTERP:  # the interpreter's bf16 tl.dot is wrong; values are exact in f32 too
                 wt = wt.to(tl.float32)
                 xt = xt.to(tl.float32)
-            if RAW:   # per-tile scale: y += S * (v @ x) + C * sum_k x
-                S, C = _load_sc(s_ptr, z_ptr, k0, n, nmask, N, G, KIND, B, FSCALE, BK)
-                part = tl.dot(wt, xt)
-                xs = tl.sum(xt.to(tl.float32), axis=0)
-                accT += part * tl.trans(S) + tl.trans(C) * xs[None, :]
-            else:
-                accT = tl.dot(wt, xt, accT)
+            accT = tl.dot(wt, xt, accT)
         acc = tl.trans(accT)
     else:
         # M == 1 on CUDA cores: per k-row of 8 codes an FMA chain t += x_j * v_j, the
@@ -485,7 +476,7 @@ def _dequant_kernel(p0, p1, p2, s_ptr, z_ptr, MAGIC, w_ptr, N, KW, TN: tl.conste
     nmask = n < N
     k0 = pid_k * BK
     w = _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW, TN, TKW, G, KIND, B, P0, P1, P2,
-                      EXPB, FSCALE, FOLD, BK, False, PACKED, ASM)
+                      EXPB, FSCALE, FOLD, BK, PACKED, ASM)
     kw = tl.arange(0, BK // 8)
     j = tl.arange(0, 8)
     kk = k0 + kw[:, None] * 8 + j[None, :]
@@ -504,7 +495,6 @@ class Config:
     warps: int = 4
     stages: int = 3      # software pipelining depth (dot path; fma prefetches one tile itself)
     bm: int = 16         # rows of x per program (dot path; M > bm adds programs along M)
-    raw: bool = False    # dot path, uint/int: tensor cores see 1+u/2^B, scales applied per tile
     x2: bool = True      # dot / deq_mm: packed f16x2 dequantization where it applies (packed.py)
     xw: bool = False     # dot path: y = x @ W (W the B operand, from shared memory) instead of y^T = W^T x^T
 
@@ -514,14 +504,14 @@ class Config:
             return f"deq_mm:n{self.bn}k{self.bk}w{self.warps}{h}"
         s = f"{self.path}:n{self.bn}k{self.bk}s{self.split_k}w{self.warps}p{self.stages}"
         if self.path == "dot":
-            s += ("" if self.bm == 16 else f"m{self.bm}") + ("r1" if self.raw else "") + ("x1" if self.xw else "") + h
+            s += ("" if self.bm == 16 else f"m{self.bm}") + ("x1" if self.xw else "") + h
         return s
 
 
 def config_str(cfg: Config) -> str:
-    """Short, stable description: '<path>:n<BN>k<BK>s<split_k>w<warps>p<stages>[m<BM>][r1][x1][h0]',
+    """Short, stable description: '<path>:n<BN>k<BK>s<split_k>w<warps>p<stages>[m<BM>][x1][h0]',
     e.g. 'fma:n64k128s1w4p1', 'dot:n64k128s1w4p3', 'dot:n128k128s1w8p3m64x1', 'deq_mm:n64k64w4h0'
-    (r1: raw-code tensor-core variant; x1: y = x @ W orientation; h0: packed f16x2 dequantization off)."""
+    (x1: y = x @ W orientation; h0: packed f16x2 dequantization off)."""
     return str(cfg)
 
 
@@ -532,7 +522,7 @@ def parse_config(s: str) -> Config:
     vals = dict((k, int(v)) for k, v in re.findall(r"([a-z])(\d+)", rest))
     return Config(path, vals.get("n", 128), vals.get("k", 128), vals.get("s", 1),
                   vals.get("w", 4), vals.get("p", 1 if path == "deq_mm" else 3), vals.get("m", 16),
-                  bool(vals.get("r", 0)), bool(vals.get("h", 1)), bool(vals.get("x", 0)))
+                  bool(vals.get("h", 1)), bool(vals.get("x", 0)))
 
 
 MAX_DOT_M = 256
@@ -543,7 +533,7 @@ def _valid(cfg: Config, M: int, K: int, group: int) -> bool:
         return K % cfg.bk == 0 and cfg.bk % 8 == 0
     if cfg.path == "fma" and M != 1:
         return False
-    if cfg.path == "dot" and (M > MAX_DOT_M or cfg.bm not in (16, 32, 64, 128) or (cfg.raw and cfg.xw)):
+    if cfg.path == "dot" and (M > MAX_DOT_M or cfg.bm not in (16, 32, 64, 128)):
         return False
     if cfg.path not in ("dot", "fma"):
         return False
@@ -576,7 +566,6 @@ def configs_for(M: int, K: int, N: int, fmt=None, group: int = 128) -> List[Conf
                                      (64, 128, 4, 3, bm, False), (128, 128, 8, 3, bm, False),
                                      (64, 256, 4, 3, bm, False), (128, 128, 8, 3, max(bm, 64), True)]:
             out.append(Config("dot", bn, bk, _split(K, N, bn, bk), w, st, m, xw=xw))
-        out.append(Config("dot", 64, 64, _split(K, N, 64, 64), 4, 4, bm, raw=True))
     if M > 16:
         for bn, bk, w in [(64, 64, 4), (128, 32, 4)]:
             out.append(Config("deq_mm", bn, bk, 1, w, 1))
@@ -709,8 +698,6 @@ def lowbit_matmul(x: torch.Tensor, pw: PreparedWeight, config: Optional[Config] 
         y = torch.empty((M, N), dtype=x.dtype, device=x.device)
     bm = cfg.bm if cfg.path == "dot" else 1
     grid = (triton.cdiv(N, cfg.bn), cfg.split_k, triton.cdiv(M, bm))
-    # RAW: feed v = 1 + u/2^B (exact in f16; in bf16 for B <= 7) to the tensor cores and
-    # scale per tile; needs a tile inside one group
     args = (x, *_ptrs(pw), y, M, N, K // 8, x.stride(0), y.stride(0))
     # Host time matters at decode sizes (a 20 us kernel): after the first call of a (config, M,
     # stride) the compiled kernel is launched directly, without Triton's argument binding and
@@ -722,11 +709,7 @@ def lowbit_matmul(x: torch.Tensor, pw: PreparedWeight, config: Optional[Config] 
         compiled[grid](*args, *consts)
     else:
         asm = (_packed_asm(pw) if cfg.path == "dot" else _packed_asm(pw, dot8=True)) if cfg.x2 else ""
-        # RAW: feed v = 1 + u/2^B (exact in f16; in bf16 for B <= 7) to the tensor cores and
-        # scale per tile; needs a tile inside one group
-        raw = (cfg.path == "dot" and cfg.raw and not asm and pw.fmt.kind != "float" and pw.group % cfg.bk == 0
-               and (pw.act_dtype == torch.float16 or pw.fmt.bits <= 7))
-        consts = dict(_consts(pw), RAW=raw, PACKED=bool(asm), ASM=asm, BM=bm, BN=cfg.bn, BK=cfg.bk,
+        consts = dict(_consts(pw), PACKED=bool(asm), ASM=asm, BM=bm, BN=cfg.bn, BK=cfg.bk,
                       KSPLIT=K // cfg.split_k, USE_DOT=cfg.path == "dot", XW=cfg.xw, ATOMIC=atomic,
                       INTERP=INTERPRET)
         compiled = _mm_small_kernel[grid](*args, **consts, num_warps=cfg.warps, num_stages=cfg.stages)
