@@ -1,6 +1,9 @@
 """Build the Tilus compiled-kernel cache on a machine without a GPU.
 
-    python -m kernels.baselines.build_tilus_cache --out build/tilus_cache [--only fig9,fig13] [--tar build/tilus_cache.tgz]
+    python -m harness.tilus_cache --out build/tilus_cache [--experiments tilus_fig9,tilus_fig13] [--tar build/tilus_cache.tgz]
+
+(`harness.tilus_cache` lists the (format, group, activation, K, N) points of the experiments'
+sweeps; this module builds the Tilus kernels of given points and knows nothing of them.)
 
 On the GPU machine, point tilus at the result (``TILUS_CACHE_DIR=<dir>``, which
 ``tilus_baseline._import_tilus`` passes on) and ``prepare_tilus`` only transpiles (Python),
@@ -15,50 +18,18 @@ How the tilus 0.2.0 cache works (tilus/drivers.py, tilus/lang/instantiated_scrip
 * ``<cache>/scripts/<script>/<N>-<K>-<divisibility of M>-<hash>/``: per jit key; the M divisibility
   is always 1 in tilus 0.2.0, so one set of candidates serves every M. ``dispatch_table.pickle``
   (M bucket -> candidate) is filled on the GPU by benchmarking the loaded candidates once per M
-  bucket (no compiling), so large M (Fig. 13) needs no other kernels.
+  bucket (no compiling), so large M (prefill) needs no other kernels.
 
 Building here: ``compile_source`` refuses without CUDA (patched off for this process); nvcc links
 ``-lcuda`` although nothing uses the driver API (lib.so has no NEEDED libcuda), so an empty
 ``libcuda.so`` stub made here satisfies the linker; host code is built with ``-march=x86-64-v2``
 instead of ``native`` (the GPU host's CPU may differ; the flag is not part of the cache key).
 """
-import argparse
 import os
 import subprocess
-import sys
 import tarfile
 import time
 from pathlib import Path
-
-K_N_FIG9 = [(8192, 8192), (8192, 57344), (28672, 8192)]
-FMTS_FIG9 = ["u8", "f6e3m2", "u4", "u2", "u1", "i4"]
-FMTS_FIG10 = ([f"u{b}" for b in range(1, 9)] + [f"i{b}" for b in range(2, 9)]
-              + ["f3e1m1", "f4e2m1", "f5e2m2", "f5e3m1", "f6e2m3", "f6e3m2", "f7e3m3", "f7e4m2", "f8e4m3"])
-
-
-def points(only=("fig9", "fig13", "fig10")):
-    """(fmt, group, act, K, N) in priority order, without duplicates."""
-    from kernels.baselines.tilus_baseline import supports
-
-    out = []
-    for fig in only:
-        if fig == "fig9":
-            for K, N in K_N_FIG9:
-                for f in FMTS_FIG9:
-                    out.append((f, -1 if f.startswith("f") else 128, "f16", K, N))
-        elif fig == "fig13":
-            out += [("u4", 128, "f16", 8192, 57344), ("f6e3m2", -1, "f16", 8192, 57344)]
-        elif fig == "fig10":
-            out += [(f, -1, "f16", 8192, 57344) for f in FMTS_FIG10]
-        else:
-            raise ValueError(fig)
-    seen, res = set(), []
-    for p in out:
-        if p not in seen and supports(p[0], p[1], p[2]) is None:
-            seen.add(p)
-            res.append(p)
-    return res
-
 
 def _setup(out, stub_dir, march):
     os.environ["TILUS_CACHE_DIR"] = str(out)
@@ -109,27 +80,19 @@ def candidate_programs(fmt_name, group_size, act, K, N):
     return jobs, mm
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="build/tilus_cache")
-    ap.add_argument("--only", default="fig9,fig13,fig10", help="comma list of fig9, fig13, fig10 (priority order)")
-    ap.add_argument("--limit", type=int, default=0, help="only the first N points (for timing)")
-    ap.add_argument("--workers", type=int, default=os.cpu_count())
-    ap.add_argument("--march", default="x86-64-v2")
-    ap.add_argument("--tar", default="", help="write a .tgz of the cache (top folder 'tilus_cache')")
-    args = ap.parse_args(argv)
-
-    out = Path(args.out).resolve()
-    tilus = _setup(out, out.parent / "cuda_stub", args.march)
-    tilus.option.parallel_workers(args.workers)
+def build(pts, out="build/tilus_cache", workers=None, march="x86-64-v2", tar=""):
+    """Compile every Tilus program of the points [(fmt, group, act, K, N)] into the cache at `out`
+    (target sm90a, no GPU); optionally write a .tgz of it (top folder 'tilus_cache').
+    Returns 0 when every program built, 1 otherwise."""
+    workers = workers or os.cpu_count()
+    out = Path(out).resolve()
+    tilus = _setup(out, out.parent / "cuda_stub", march)
+    tilus.option.parallel_workers(workers)
     from tilus.drivers import get_cache_dir
     from tilus.lang.instantiated_script import JitInstance
     from tilus.runtime.compiled_program import compiled_program_exists
     from tilus.utils.multiprocess import parallel_imap
 
-    pts = points(tuple(args.only.split(",")))
-    if args.limit:
-        pts = pts[:args.limit]
     t0 = time.time()
     jobs, owners, n_failed_sched, queued = [], {}, 0, set()
     for p in pts:
@@ -145,7 +108,7 @@ def main(argv=None):
     t1 = time.time()
     print(f"{len(pts)} points, {len(owners)} programs, {len(jobs)} to compile; transpile {t1 - t0:.0f}s", flush=True)
     failed = []
-    for i, res in enumerate(parallel_imap(JitInstance._build_program, jobs, num_workers=args.workers)):
+    for i, res in enumerate(parallel_imap(JitInstance._build_program, jobs, num_workers=workers)):
         d = get_cache_dir(jobs[i][0], jobs[i][1])
         if res != "success":
             failed.append((d, res))
@@ -159,12 +122,10 @@ def main(argv=None):
     with open(out / "POINTS.txt", "w") as f:
         for p in pts:
             f.write(f"{'ok' if p in ok else 'INCOMPLETE'} {p}\n")
-    if args.tar:
-        with tarfile.open(args.tar, "w:gz") as t:
+    if tar:
+        with tarfile.open(tar, "w:gz") as t:
             t.add(str(out), arcname="tilus_cache")
-        print("wrote", args.tar, f"{os.path.getsize(args.tar) / 2**20:.1f} MiB", flush=True)
+        print("wrote", tar, f"{os.path.getsize(tar) / 2**20:.1f} MiB", flush=True)
     return 0 if not failed else 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())
