@@ -138,7 +138,8 @@ def run_job(cfg: DictConfig) -> Path:
             "git_dirty": os.environ.get("HARNESS_GIT_DIRTY", prov["git_dirty"])}
     t = cfg.timing
     ctx.artifacts = exp_dir / "artifacts"
-    ctx.timer = Timer(ctx.device, t.warmup_ms, t.samples, t.flush_l2, t.flush_mb, t.cuda_graph, t.cpu_samples)
+    ctx.timer = Timer(ctx.device, t.warmup_ms, t.samples, t.flush_l2, t.flush_mb, t.cuda_graph, t.cpu_samples,
+                      t.host_ahead)
     probe = Point(ctx.experiment.name, ctx.experiment.figure, ctx.model.name, "probe", 0, 0, 0, "", "", -1, "probe")
     setup_metrics = bench.setup(ctx)
     if setup_metrics and probe.hash(cv, ctx.gpu.name) not in done:

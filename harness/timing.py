@@ -3,7 +3,10 @@
 Correct before fast: `check_numerics` compares an output with a float64 reference
 before anything is timed. Then `Timer` warms up by time, flushes L2 between
 samples, times each sample with CUDA events (or CUDA-graph replays) and returns the
-median with p10/p90 and the SM clock read while the samples ran. Without a GPU
+median with p10/p90 and the SM clock read while the samples ran.  With ``host_ahead``
+(the default) a sleep kernel holds the GPU while the host enqueues all samples, so the
+events time the GPU work of a call even where its launch path is slower than its kernels
+(small decode shapes); the host time per call is returned apart (``host_ms``). Without a GPU
 the same call times with the wall clock and says so in `method`.
 """
 from __future__ import annotations
@@ -74,8 +77,9 @@ def sm_clock_mhz() -> float | None:
 class Timer:
     def __init__(self, device: str = "cuda", warmup_ms: float = 25, samples: int = 50,
                  flush_l2: bool = True, flush_mb: int = 256, cuda_graph: bool = False,
-                 cpu_samples: int = 3):
+                 cpu_samples: int = 3, host_ahead: bool = True):
         self.device = device
+        self.host_ahead = host_ahead and device == "cuda"
         self.warmup_ms = warmup_ms
         self.samples = samples if device == "cuda" else cpu_samples
         self.cuda_graph = cuda_graph and device == "cuda"
@@ -87,7 +91,7 @@ class Timer:
     def method(self) -> str:
         if self.device != "cuda":
             return "cpu-wallclock"
-        return "cuda-graph" if self.cuda_graph else "cuda-events"
+        return ("cuda-graph" if self.cuda_graph else "cuda-events") + ("-host-ahead" if self.host_ahead else "")
 
     def __call__(self, fn: Callable[[], object]) -> Timing:
         if self.device != "cuda":
@@ -121,11 +125,21 @@ class Timer:
             run = g.replay
         torch.cuda.synchronize()
         t0 = time.perf_counter()
+        warm_host = []
         while True:                            # warm up by time, at least one call
+            h0 = time.perf_counter()
             run()
+            warm_host.append(time.perf_counter() - h0)
             torch.cuda.synchronize()
             if (time.perf_counter() - t0) * 1e3 >= self.warmup_ms:
                 break
+        if self.host_ahead:
+            # Keep the GPU busy while the host enqueues every sample, so that the events time
+            # the GPU work of each call and not the GPU waiting for a slow launch path (the
+            # host time per call is reported apart, as host_ms).  The lead covers the samples'
+            # enqueue time twice over; a GPU clock below 2 GHz only lengthens it.
+            lead_s = 2 * self.samples * (statistics.median(warm_host) + 50e-6) + 1e-3
+            torch.cuda._sleep(int(lead_s * 2e9))
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.samples)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.samples)]
         host = []

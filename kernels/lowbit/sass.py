@@ -46,7 +46,8 @@ def compile_sm90(name: str, cfg, group: int = 128):
         asm = (packed.asm if cfg.path == "dot" else packed.asm_dot8)(pw.fmt.kind, pw.fmt.bits)
     consts = dict(tm._consts(pw), TN=tm.LAYOUT_TN, TKW=tm.LAYOUT_TKW, G=group if group > 0 else 8192, PACKED=bool(asm), ASM=asm,
                   BM=cfg.bm if cfg.path == "dot" else 1, BN=cfg.bn, BK=cfg.bk, KSPLIT=8192,
-                  USE_DOT=cfg.path == "dot", XW=cfg.xw, ATOMIC=False, INTERP=False, CARRY=cfg.carry)
+                  USE_DOT=cfg.path == "dot", XW=cfg.xw, ATOMIC=False, INTERP=False, CARRY=cfg.carry,
+                  STAGES=cfg.stages)
     sig.update({k: "constexpr" for k in consts})
     names = list(sig)
     aligned = ["x_ptr", "p0", "p1", "p2", "s_ptr", "z_ptr", "y_ptr", "N", "KW", "stride_xm", "stride_ym"]

@@ -385,6 +385,17 @@ def _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW, TN: tl.c
 
 
 @triton.jit
+def _xt_dot(x_ptr, wt, accT, k0, m, mmask, stride_xm, BK: tl.constexpr, INTERP: tl.constexpr):
+    """accT[BN, BM] += wt[BN, BK] @ x[m, k0:k0+BK]^T."""
+    xk = k0 + tl.arange(0, BK)
+    xt = tl.load(x_ptr + m[None, :] * stride_xm + xk[:, None], mask=mmask[None, :], other=0.0)
+    if INTERP:  # the interpreter's bf16 tl.dot is wrong; values are exact in f32 too
+        wt = wt.to(tl.float32)
+        xt = xt.to(tl.float32)
+    return tl.dot(wt, xt, accT)
+
+
+@triton.jit
 def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, KW, stride_xm, stride_ym,
                      TN: tl.constexpr, TKW: tl.constexpr,
                      G: tl.constexpr, KIND: tl.constexpr, B: tl.constexpr,
@@ -393,7 +404,7 @@ def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, KW, st
                      PACKED: tl.constexpr, ASM: tl.constexpr,
                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KSPLIT: tl.constexpr,
                      USE_DOT: tl.constexpr, XW: tl.constexpr, ATOMIC: tl.constexpr, INTERP: tl.constexpr,
-                     CARRY: tl.constexpr = False):
+                     CARRY: tl.constexpr = False, STAGES: tl.constexpr = 3):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -425,40 +436,28 @@ def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, KW, st
         mmask = m < M
         accT = tl.zeros([BN, BM], dtype=tl.float32)
         if CARRY:
-            # software-pipelined by hand: words and factors loaded two tiles ahead, the tile
-            # dequantized one step ahead and carried into the next iteration.  A loop-carried
-            # dot operand is allocated in shared memory (NVMMA layout: one 16-byte store per
-            # 8 weights) and read by wgmma from there, where a tile computed in the iteration
-            # becomes a register operand converted through shared memory with ldmatrix and
-            # repacking (NOTES.md).  The loop is unrolled twice so the carried registers alternate.
-            a0, a1, a2, aS, aC = _tile_loads(p0, p1, p2, s_ptr, z_ptr, kbeg, n, nmask, N, KW, TN, TKW, G, KIND, B,
-                                             P1, P2, FSCALE, BK, PACKED)
-            w = _tile_deq(a0, a1, a2, aS, aC, MAGIC, KIND, B, P0, P1, P2, EXPB, FSCALE, FOLD, PACKED, ASM)
+            # The tile of step k+BK is dequantized in step k and carried into the next iteration:
+            # a loop-carried dot operand is allocated in shared memory (NVMMA layout, one 16-byte
+            # store per 8 weights) and wgmma reads it from there, where a tile computed in the
+            # iteration becomes a register operand converted through shared memory with ldmatrix
+            # and repacking (NOTES.md).  num_stages on the loop makes Triton pipeline the word
+            # loads (cp.async, STAGES deep) although no dot consumes them in the same iteration;
+            # unrolling twice lets the carried registers alternate instead of being copied.
+            w = _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, kbeg, n, nmask, N, KW, TN, TKW, G, KIND, B, P0, P1, P2,
+                              EXPB, FSCALE, FOLD, BK, PACKED, ASM)
             wtn = tl.reshape(tl.permute(w.to(x_ptr.dtype.element_ty), (1, 0, 2)), (BN, BK))
-            b0, b1, b2, bS, bC = _tile_loads(p0, p1, p2, s_ptr, z_ptr, tl.minimum(kbeg + BK, kend - BK), n, nmask,
-                                             N, KW, TN, TKW, G, KIND, B, P1, P2, FSCALE, BK, PACKED)
-        for k0 in tl.range(kbeg, kend, BK, loop_unroll_factor=CARRY_UNROLL if CARRY else 1):
-            if CARRY:
+            for k0 in tl.range(kbeg, kend, BK, num_stages=STAGES, loop_unroll_factor=CARRY_UNROLL):
                 wt = wtn
-                a0 = b0
-                a1 = b1
-                a2 = b2
-                aS = bS
-                aC = bC
-                b0, b1, b2, bS, bC = _tile_loads(p0, p1, p2, s_ptr, z_ptr, tl.minimum(k0 + 2 * BK, kend - BK), n,
-                                                 nmask, N, KW, TN, TKW, G, KIND, B, P1, P2, FSCALE, BK, PACKED)
-                w = _tile_deq(a0, a1, a2, aS, aC, MAGIC, KIND, B, P0, P1, P2, EXPB, FSCALE, FOLD, PACKED, ASM)
+                w = _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, tl.minimum(k0 + BK, kend - BK), n, nmask, N, KW,
+                                  TN, TKW, G, KIND, B, P0, P1, P2, EXPB, FSCALE, FOLD, BK, PACKED, ASM)
                 wtn = tl.reshape(tl.permute(w.to(x_ptr.dtype.element_ty), (1, 0, 2)), (BN, BK))
-            else:
+                accT = _xt_dot(x_ptr, wt, accT, k0, m, mmask, stride_xm, BK, INTERP)
+        else:
+            for k0 in range(kbeg, kend, BK):
                 w = _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW, TN, TKW, G, KIND, B, P0, P1,
                                   P2, EXPB, FSCALE, FOLD, BK, PACKED, ASM)
                 wt = tl.reshape(tl.permute(w.to(x_ptr.dtype.element_ty), (1, 0, 2)), (BN, BK))
-            xk = k0 + tl.arange(0, BK)
-            xt = tl.load(x_ptr + m[None, :] * stride_xm + xk[:, None], mask=mmask[None, :], other=0.0)
-            if INTERP:  # the interpreter's bf16 tl.dot is wrong; values are exact in f32 too
-                wt = wt.to(tl.float32)
-                xt = xt.to(tl.float32)
-            accT = tl.dot(wt, xt, accT)
+                accT = _xt_dot(x_ptr, wt, accT, k0, m, mmask, stride_xm, BK, INTERP)
         acc = tl.trans(accT)
     else:
         # M == 1 on CUDA cores: per k-row of 8 codes an FMA chain t += x_j * v_j, the
@@ -618,8 +617,9 @@ def configs_for(M: int, K: int, N: int, fmt=None, group: int = 128) -> List[Conf
         # (bn, bk, warps, stages, bm, xw, carry): y^T = W^T x^T (wgmma N = bm) with the weight
         # tile carried across iterations (from shared memory) or computed in the iteration (a
         # register operand), or y = x @ W (with bm = 64: wgmma with both operands in shared memory)
-        for bn, bk, w, st, m, xw, cy in [(64, 128, 4, 3, bm, False, True), (64, 256, 4, 2, bm, False, True),
-                                         (64, 64, 4, 4, bm, False, False), (128, 128, 8, 3, bm, False, True),
+        for bn, bk, w, st, m, xw, cy in [(64, 64, 4, 4, bm, False, True), (64, 128, 4, 2, bm, False, True),
+                                         (64, 128, 4, 3, bm, False, True), (64, 64, 4, 6, bm, False, True),
+                                         (64, 128, 4, 4, bm, False, True), (64, 64, 4, 4, bm, False, False),
                                          (64, 128, 4, 3, bm, True, False), (64, 128, 4, 3, bm, False, False),
                                          (128, 128, 8, 3, bm, False, False), (64, 256, 4, 3, bm, False, False),
                                          (128, 128, 8, 3, max(bm, 64), True, False)]:
@@ -769,7 +769,7 @@ def lowbit_matmul(x: torch.Tensor, pw: PreparedWeight, config: Optional[Config] 
         asm = (_packed_asm(pw) if cfg.path == "dot" else _packed_asm(pw, dot8=True)) if cfg.x2 else ""
         consts = dict(_consts(pw), PACKED=bool(asm), ASM=asm, BM=bm, BN=cfg.bn, BK=cfg.bk,
                       KSPLIT=K // cfg.split_k, USE_DOT=cfg.path == "dot", XW=cfg.xw, ATOMIC=atomic,
-                      INTERP=INTERPRET, CARRY=cfg.carry)
+                      INTERP=INTERPRET, CARRY=cfg.carry, STAGES=cfg.stages)
         compiled = _mm_small_kernel[grid](*args, **consts, num_warps=cfg.warps, num_stages=cfg.stages)
         if not INTERPRET and compiled is not None:
             names = _mm_small_kernel.arg_names[len(args):]
