@@ -409,6 +409,8 @@ def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, KW, st
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
     n = pid_n * BN + tl.arange(0, BN)
+    if CARRY:   # one column per thread and consecutive columns across lanes (see the carry loop)
+        n = tl.max_contiguous(n, 1)
     nmask = n < N
     kbeg = pid_k * KSPLIT
     kend = kbeg + KSPLIT
@@ -617,9 +619,9 @@ def configs_for(M: int, K: int, N: int, fmt=None, group: int = 128) -> List[Conf
         # (bn, bk, warps, stages, bm, xw, carry): y^T = W^T x^T (wgmma N = bm) with the weight
         # tile carried across iterations (from shared memory) or computed in the iteration (a
         # register operand), or y = x @ W (with bm = 64: wgmma with both operands in shared memory)
-        for bn, bk, w, st, m, xw, cy in [(64, 64, 4, 4, bm, False, True), (64, 128, 4, 2, bm, False, True),
-                                         (64, 128, 4, 3, bm, False, True), (64, 64, 4, 6, bm, False, True),
-                                         (64, 128, 4, 4, bm, False, True), (64, 64, 4, 4, bm, False, False),
+        for bn, bk, w, st, m, xw, cy in [(64, 128, 4, 3, bm, False, True), (64, 64, 4, 4, bm, False, True),
+                                         (64, 64, 4, 4, bm, False, False), (64, 128, 4, 2, bm, False, True),
+                                         (64, 64, 4, 6, bm, False, True),
                                          (64, 128, 4, 3, bm, True, False), (64, 128, 4, 3, bm, False, False),
                                          (128, 128, 8, 3, bm, False, False), (64, 256, 4, 3, bm, False, False),
                                          (128, 128, 8, 3, max(bm, 64), True, False)]:
