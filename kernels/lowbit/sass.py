@@ -46,8 +46,7 @@ def compile_sm90(name: str, cfg, group: int = 128):
         asm = (packed.asm if cfg.path == "dot" else packed.asm_dot8)(pw.fmt.kind, pw.fmt.bits)
     consts = dict(tm._consts(pw), TN=tm.LAYOUT_TN, TKW=tm.LAYOUT_TKW, G=group if group > 0 else 8192, PACKED=bool(asm), ASM=asm,
                   BM=cfg.bm if cfg.path == "dot" else 1, BN=cfg.bn, BK=cfg.bk, KSPLIT=8192,
-                  USE_DOT=cfg.path == "dot", XW=cfg.xw, ATOMIC=False, INTERP=False, CARRY=cfg.carry,
-                  STAGES=cfg.stages)
+                  USE_DOT=cfg.path == "dot", XW=cfg.xw, ATOMIC=False, INTERP=False)
     sig.update({k: "constexpr" for k in consts})
     names = list(sig)
     aligned = ["x_ptr", "p0", "p1", "p2", "s_ptr", "z_ptr", "y_ptr", "N", "KW", "stride_xm", "stride_ym"]
@@ -66,12 +65,6 @@ def main_loop(sass: str) -> list:
     return [t.split()[1] if t.startswith("@") else t.split()[0] for a, t in ins if lo <= a <= hi]
 
 
-def tm_unroll(cfg) -> int:
-    """K-loop steps per iteration of the compiled main loop (``carry`` unrolls it twice)."""
-    from kernels.lowbit.triton_matmul import CARRY_UNROLL
-    return CARRY_UNROLL.value if cfg.carry else 1
-
-
 def loop_stats(name: str, cfg, group: int = 128) -> dict:
     k = compile_sm90(name, cfg, group)
     with tempfile.TemporaryDirectory() as d:
@@ -80,7 +73,7 @@ def loop_stats(name: str, cfg, group: int = 128) -> dict:
         sass = subprocess.run([str(_bin_dir() / "cuobjdump"), "-sass", str(p)], capture_output=True,
                               text=True, check=True).stdout
     body = main_loop(sass)
-    per_thread = cfg.bn * cfg.bk * tm_unroll(cfg) // (32 * cfg.warps)
+    per_thread = cfg.bn * cfg.bk // (32 * cfg.warps)
     return {"format": name, "config": str(cfg), "instructions": len(body), "weights_per_thread": per_thread,
             "per_weight": len(body) / per_thread, "shared_bytes": k.metadata.shared,
             "ops": dict(collections.Counter(body).most_common())}

@@ -35,11 +35,7 @@ Paths (``Config.path``)
 * ``dot`` (M <= 256, decode / small batch): y^T = W^T x^T with the dequantized tile as
   the tl.dot A operand (wgmma N = BM), or with ``xw`` y = x @ W (the tile as the B
   operand, from shared memory); x padded to BM (16/32/64...) rows; Triton's cp.async
-  pipelining (``stages``) of x.  With ``carry`` (the default) the loop is pipelined by
-  hand: words loaded two tiles ahead, the tile dequantized one step ahead and carried
-  into the next iteration, where wgmma reads it from shared memory (a tile computed in
-  the same iteration is a register operand, converted through shared memory with
-  ldmatrix and repacking: ~1.6 more instructions per weight).
+  pipelining (``stages``).
 * ``deq_mm`` (large M, prefill): a Triton kernel dequantizes W to the activation
   dtype, then torch.matmul (cuBLAS); the dequantization is part of the call and
   therefore of any timing of it.
@@ -333,28 +329,18 @@ def _deq_packed(w0, w1, s16, zs16, ASM: tl.constexpr):
 
 
 @triton.jit
-def _tile_loads(p0, p1, p2, s_ptr, z_ptr, k0, n, nmask, N, KW, TN: tl.constexpr, TKW: tl.constexpr,
-                G: tl.constexpr, KIND: tl.constexpr, B: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
-                FSCALE: tl.constexpr, BK: tl.constexpr, PACKED: tl.constexpr = False):
-    """The words and factors of rows k0 .. k0+BK, columns n (``_tile_deq`` turns them into weights)."""
-    w0, w1, w2 = _load_words(p0, p1, p2, k0, n, nmask[None, :], KW, TN, TKW, P1, P2, BK // 8)
-    if PACKED:
-        S, C = _load_sz16(s_ptr, z_ptr, k0, n, nmask, N, G, KIND, BK)
-    else:
-        S, C = _load_sc(s_ptr, z_ptr, k0, n, nmask, N, G, KIND, B, FSCALE, BK)
-    return w0, w1, w2, S, C
-
-
-@triton.jit
-def _tile_deq(w0, w1, w2, S, C, MAGIC, KIND: tl.constexpr, B: tl.constexpr,
-              P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
-              EXPB: tl.constexpr, FSCALE: tl.constexpr, FOLD: tl.constexpr,
-              PACKED: tl.constexpr = False, ASM: tl.constexpr = ""):
-    """Words [BK//8, BN] and factors -> the dequantized weight [BK//8, BN, 8] (k = k0 + 8*kw + j),
+def _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW, TN: tl.constexpr, TKW: tl.constexpr,
+                  G: tl.constexpr, KIND: tl.constexpr, B: tl.constexpr,
+                  P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
+                  EXPB: tl.constexpr, FSCALE: tl.constexpr, FOLD: tl.constexpr, BK: tl.constexpr,
+                  PACKED: tl.constexpr = False, ASM: tl.constexpr = ""):
+    """Rows k0 .. k0+BK, columns n -> the dequantized weight [BK//8, BN, 8] (k = k0 + 8*kw + j),
     the 8 codes of a word in one thread: f32, or f16 when PACKED (GPU, f16, uint/int of
     1, 2, 4, 8 bits: dequantized two per instruction, packed.py)."""
+    w0, w1, w2 = _load_words(p0, p1, p2, k0, n, nmask[None, :], KW, TN, TKW, P1, P2, BK // 8)
     if PACKED:
-        w = _deq_packed(w0, w1, S, C, ASM)
+        s16, zs16 = _load_sz16(s_ptr, z_ptr, k0, n, nmask, N, G, KIND, BK)
+        w = _deq_packed(w0, w1, s16, zs16, ASM)
     else:
         if KIND == 2:
             DST: tl.constexpr = 32 - B
@@ -362,6 +348,7 @@ def _tile_deq(w0, w1, w2, S, C, MAGIC, KIND: tl.constexpr, B: tl.constexpr,
             DST: tl.constexpr = 23 - B
         q = _place8(w0, w1, w2, B, 8 * P0, 8 * P1, 8 * P2, DST)
         v = _val(q, MAGIC, KIND, EXPB)
+        S, C = _load_sc(s_ptr, z_ptr, k0, n, nmask, N, G, KIND, B, FSCALE, BK)
         if KIND == 2:
             if FOLD:
                 w = v * (S * FSCALE)[:, :, None]
@@ -373,29 +360,6 @@ def _tile_deq(w0, w1, w2, S, C, MAGIC, KIND: tl.constexpr, B: tl.constexpr,
 
 
 @triton.jit
-def _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW, TN: tl.constexpr, TKW: tl.constexpr,
-                  G: tl.constexpr, KIND: tl.constexpr, B: tl.constexpr,
-                  P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr,
-                  EXPB: tl.constexpr, FSCALE: tl.constexpr, FOLD: tl.constexpr, BK: tl.constexpr,
-                  PACKED: tl.constexpr = False, ASM: tl.constexpr = ""):
-    """Rows k0 .. k0+BK, columns n -> the dequantized weight [BK//8, BN, 8] (``_tile_deq``)."""
-    w0, w1, w2, S, C = _tile_loads(p0, p1, p2, s_ptr, z_ptr, k0, n, nmask, N, KW, TN, TKW, G, KIND, B, P1, P2,
-                                   FSCALE, BK, PACKED)
-    return _tile_deq(w0, w1, w2, S, C, MAGIC, KIND, B, P0, P1, P2, EXPB, FSCALE, FOLD, PACKED, ASM)
-
-
-@triton.jit
-def _xt_dot(x_ptr, wt, accT, k0, m, mmask, stride_xm, BK: tl.constexpr, INTERP: tl.constexpr):
-    """accT[BN, BM] += wt[BN, BK] @ x[m, k0:k0+BK]^T."""
-    xk = k0 + tl.arange(0, BK)
-    xt = tl.load(x_ptr + m[None, :] * stride_xm + xk[:, None], mask=mmask[None, :], other=0.0)
-    if INTERP:  # the interpreter's bf16 tl.dot is wrong; values are exact in f32 too
-        wt = wt.to(tl.float32)
-        xt = xt.to(tl.float32)
-    return tl.dot(wt, xt, accT)
-
-
-@triton.jit
 def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, KW, stride_xm, stride_ym,
                      TN: tl.constexpr, TKW: tl.constexpr,
                      G: tl.constexpr, KIND: tl.constexpr, B: tl.constexpr,
@@ -403,14 +367,11 @@ def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, KW, st
                      EXPB: tl.constexpr, FSCALE: tl.constexpr, FOLD: tl.constexpr,
                      PACKED: tl.constexpr, ASM: tl.constexpr,
                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KSPLIT: tl.constexpr,
-                     USE_DOT: tl.constexpr, XW: tl.constexpr, ATOMIC: tl.constexpr, INTERP: tl.constexpr,
-                     CARRY: tl.constexpr = False, STAGES: tl.constexpr = 3):
+                     USE_DOT: tl.constexpr, XW: tl.constexpr, ATOMIC: tl.constexpr, INTERP: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
     n = pid_n * BN + tl.arange(0, BN)
-    if CARRY:   # one column per thread and consecutive columns across lanes (see the carry loop)
-        n = tl.max_contiguous(n, 1)
     nmask = n < N
     kbeg = pid_k * KSPLIT
     kend = kbeg + KSPLIT
@@ -437,29 +398,16 @@ def _mm_small_kernel(x_ptr, p0, p1, p2, s_ptr, z_ptr, MAGIC, y_ptr, M, N, KW, st
         m = pid_m * BM + tl.arange(0, BM)
         mmask = m < M
         accT = tl.zeros([BN, BM], dtype=tl.float32)
-        if CARRY:
-            # The tile of step k+BK is dequantized in step k and carried into the next iteration:
-            # a loop-carried dot operand is allocated in shared memory (NVMMA layout, one 16-byte
-            # store per 8 weights) and wgmma reads it from there, where a tile computed in the
-            # iteration becomes a register operand converted through shared memory with ldmatrix
-            # and repacking (NOTES.md).  num_stages on the loop makes Triton pipeline the word
-            # loads (cp.async, STAGES deep) although no dot consumes them in the same iteration;
-            # unrolling twice lets the carried registers alternate instead of being copied.
-            w = _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, kbeg, n, nmask, N, KW, TN, TKW, G, KIND, B, P0, P1, P2,
+        for k0 in range(kbeg, kend, BK):
+            w = _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW, TN, TKW, G, KIND, B, P0, P1, P2,
                               EXPB, FSCALE, FOLD, BK, PACKED, ASM)
-            wtn = tl.reshape(tl.permute(w.to(x_ptr.dtype.element_ty), (1, 0, 2)), (BN, BK))
-            for k0 in tl.range(kbeg, kend, BK, num_stages=STAGES, loop_unroll_factor=CARRY_UNROLL):
-                wt = wtn
-                w = _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, tl.minimum(k0 + BK, kend - BK), n, nmask, N, KW,
-                                  TN, TKW, G, KIND, B, P0, P1, P2, EXPB, FSCALE, FOLD, BK, PACKED, ASM)
-                wtn = tl.reshape(tl.permute(w.to(x_ptr.dtype.element_ty), (1, 0, 2)), (BN, BK))
-                accT = _xt_dot(x_ptr, wt, accT, k0, m, mmask, stride_xm, BK, INTERP)
-        else:
-            for k0 in range(kbeg, kend, BK):
-                w = _dequant_tile(p0, p1, p2, s_ptr, z_ptr, MAGIC, k0, n, nmask, N, KW, TN, TKW, G, KIND, B, P0, P1,
-                                  P2, EXPB, FSCALE, FOLD, BK, PACKED, ASM)
-                wt = tl.reshape(tl.permute(w.to(x_ptr.dtype.element_ty), (1, 0, 2)), (BN, BK))
-                accT = _xt_dot(x_ptr, wt, accT, k0, m, mmask, stride_xm, BK, INTERP)
+            wt = tl.reshape(tl.permute(w.to(x_ptr.dtype.element_ty), (1, 0, 2)), (BN, BK))
+            xk = k0 + tl.arange(0, BK)
+            xt = tl.load(x_ptr + m[None, :] * stride_xm + xk[:, None], mask=mmask[None, :], other=0.0)
+            if INTERP:  # the interpreter's bf16 tl.dot is wrong; values are exact in f32 too
+                wt = wt.to(tl.float32)
+                xt = xt.to(tl.float32)
+            accT = tl.dot(wt, xt, accT)
         acc = tl.trans(accT)
     else:
         # M == 1 on CUDA cores: per k-row of 8 codes an FMA chain t += x_j * v_j, the
@@ -550,7 +498,6 @@ class Config:
     bm: int = 16         # rows of x per program (dot path; M > bm adds programs along M)
     x2: bool = True      # dot / deq_mm: packed f16x2 dequantization where it applies (packed.py)
     xw: bool = False     # dot path: y = x @ W (W the B operand, from shared memory) instead of y^T = W^T x^T
-    carry: bool = False  # dot path, y^T: the dequantized tile carried to the next iteration (wgmma from shared memory)
 
     def __str__(self) -> str:
         h = "" if self.x2 else "h0"
@@ -558,15 +505,14 @@ class Config:
             return f"deq_mm:n{self.bn}k{self.bk}w{self.warps}{h}"
         s = f"{self.path}:n{self.bn}k{self.bk}s{self.split_k}w{self.warps}p{self.stages}"
         if self.path == "dot":
-            s += ("" if self.bm == 16 else f"m{self.bm}") + ("x1" if self.xw else "") + ("c1" if self.carry else "") + h
+            s += ("" if self.bm == 16 else f"m{self.bm}") + ("x1" if self.xw else "") + h
         return s
 
 
 def config_str(cfg: Config) -> str:
-    """Short, stable description: '<path>:n<BN>k<BK>s<split_k>w<warps>p<stages>[m<BM>][x1][c1][h0]',
-    e.g. 'fma:n64k128s1w4p1', 'dot:n64k128s1w4p3c1', 'dot:n128k128s1w8p3m64x1', 'deq_mm:n64k64w4h0'
-    (x1: y = x @ W orientation; c1: the dequantized tile carried across iterations; h0: packed
-    f16x2 dequantization off)."""
+    """Short, stable description: '<path>:n<BN>k<BK>s<split_k>w<warps>p<stages>[m<BM>][x1][h0]',
+    e.g. 'fma:n64k128s1w4p1', 'dot:n64k128s1w4p3', 'dot:n128k128s1w8p3m64x1', 'deq_mm:n64k64w4h0'
+    (x1: y = x @ W orientation; h0: packed f16x2 dequantization off)."""
     return str(cfg)
 
 
@@ -577,11 +523,10 @@ def parse_config(s: str) -> Config:
     vals = dict((k, int(v)) for k, v in re.findall(r"([a-z])(\d+)", rest))
     return Config(path, vals.get("n", 128), vals.get("k", 128), vals.get("s", 1),
                   vals.get("w", 4), vals.get("p", 1 if path == "deq_mm" else 3), vals.get("m", 16),
-                  bool(vals.get("h", 1)), bool(vals.get("x", 0)), bool(vals.get("c", 0)))
+                  bool(vals.get("h", 1)), bool(vals.get("x", 0)))
 
 
 MAX_DOT_M = 256
-CARRY_UNROLL = tl.constexpr(2)     # K-loop unrolling of the carried-tile dot path
 
 
 def _valid(cfg: Config, M: int, K: int, group: int) -> bool:
@@ -591,7 +536,7 @@ def _valid(cfg: Config, M: int, K: int, group: int) -> bool:
         return False
     if cfg.path == "dot" and (M > MAX_DOT_M or cfg.bm not in (16, 32, 64, 128)):
         return False
-    if cfg.path not in ("dot", "fma") or (cfg.carry and (cfg.path != "dot" or cfg.xw)):
+    if cfg.path not in ("dot", "fma"):
         return False
     ks = K // cfg.split_k
     return (K % cfg.split_k == 0 and ks % cfg.bk == 0 and cfg.bk % 8 == 0
@@ -616,16 +561,12 @@ def configs_for(M: int, K: int, N: int, fmt=None, group: int = 128) -> List[Conf
             out.append(Config("fma", bn, bk, _split(K, N, bn, bk), w, 1))
     if M <= MAX_DOT_M:
         bm = 16 if M <= 16 else (32 if M <= 32 else 64)
-        # (bn, bk, warps, stages, bm, xw, carry): y^T = W^T x^T (wgmma N = bm) with the weight
-        # tile carried across iterations (from shared memory) or computed in the iteration (a
-        # register operand), or y = x @ W (with bm = 64: wgmma with both operands in shared memory)
-        for bn, bk, w, st, m, xw, cy in [(64, 128, 4, 3, bm, False, True), (64, 64, 4, 4, bm, False, True),
-                                         (64, 64, 4, 4, bm, False, False), (64, 128, 4, 2, bm, False, True),
-                                         (64, 64, 4, 6, bm, False, True),
-                                         (64, 128, 4, 3, bm, True, False), (64, 128, 4, 3, bm, False, False),
-                                         (128, 128, 8, 3, bm, False, False), (64, 256, 4, 3, bm, False, False),
-                                         (128, 128, 8, 3, max(bm, 64), True, False)]:
-            out.append(Config("dot", bn, bk, _split(K, N, bn, bk), w, st, m, xw=xw, carry=cy))
+        # (bn, bk, warps, stages, bm, xw): y^T = W^T x^T (wgmma N = bm, the weight tile from
+        # registers) or y = x @ W (with bm = 64: wgmma with both operands in shared memory)
+        for bn, bk, w, st, m, xw in [(64, 64, 4, 4, bm, False), (64, 128, 4, 3, bm, True),
+                                     (64, 128, 4, 3, bm, False), (128, 128, 8, 3, bm, False),
+                                     (64, 256, 4, 3, bm, False), (128, 128, 8, 3, max(bm, 64), True)]:
+            out.append(Config("dot", bn, bk, _split(K, N, bn, bk), w, st, m, xw=xw))
     if M > 16:
         for bn, bk, w in [(64, 64, 4), (128, 32, 4)]:
             out.append(Config("deq_mm", bn, bk, 1, w, 1))
@@ -771,7 +712,7 @@ def lowbit_matmul(x: torch.Tensor, pw: PreparedWeight, config: Optional[Config] 
         asm = (_packed_asm(pw) if cfg.path == "dot" else _packed_asm(pw, dot8=True)) if cfg.x2 else ""
         consts = dict(_consts(pw), PACKED=bool(asm), ASM=asm, BM=bm, BN=cfg.bn, BK=cfg.bk,
                       KSPLIT=K // cfg.split_k, USE_DOT=cfg.path == "dot", XW=cfg.xw, ATOMIC=atomic,
-                      INTERP=INTERPRET, CARRY=cfg.carry, STAGES=cfg.stages)
+                      INTERP=INTERPRET)
         compiled = _mm_small_kernel[grid](*args, **consts, num_warps=cfg.warps, num_stages=cfg.stages)
         if not INTERPRET and compiled is not None:
             names = _mm_small_kernel.arg_names[len(args):]
