@@ -74,25 +74,3 @@ def vs_design(df):
                      "reference ms": r.latency_ms, "ours: impl": impl, "ours: same impl ms": pick(impl),
                      "ours: triton ms": pick("triton")})
     return pd.DataFrame(rows)
-
-
-@table("Check run after the launch fix (results/checks, two runs; not the figure's data)", experiment="tilus_fig9")
-def launch_check(df):
-    """Our Triton kernel with CUDA events before (the figure's run) and after lowbit_matmul launched the
-    compiled kernel directly (f128a9a), beside Tilus from the events-vs-graph check run."""
-    checks = Path(df.attrs.get("results_dir", "results")) / "checks"
-    after_f, tilus_f = checks / "h200_direct_launch_f128a9a.csv", checks / "h200_events_vs_graph_73af87e.csv"
-    if not (after_f.exists() and tilus_f.exists()):
-        return pd.DataFrame()
-    key = ["K", "N", "M", "weight_dtype"]
-
-    def lat(d, impl, name):
-        d = d[(d["metric"] == "latency_ms") & (d["status"] == "ok") & (d["impl"] == impl)]
-        return d.groupby(key)["value"].median().rename(name)
-
-    t = pd.read_csv(tilus_f)
-    t = t[t["timing_method"] == "cuda-events"]
-    out = pd.concat([lat(df, "triton", "ours ms (figure run)"), lat(pd.read_csv(after_f), "triton", "ours ms (after fix)"),
-                     lat(t, "tilus", "tilus ms (check run)")], axis=1, join="inner")
-    out["after fix / tilus"] = out["tilus ms (check run)"] / out["ours ms (after fix)"]
-    return out.reset_index()
