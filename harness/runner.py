@@ -71,6 +71,10 @@ def build_context(cfg: DictConfig, plan_only: bool = False) -> tuple[Context, ob
     if plan_only:
         device = "cpu" if cfg.run.device == "cpu" else "cuda"
         gpu = GpuSpec(name=cfg.gpu.name)
+        # Planning may import kernel modules, and a Triton kernel is interpreted or compiled
+        # from the moment it is defined: choose the interpreter now for a run on the CPU.
+        if cfg.run.device == "cpu" or (cfg.run.device == "auto" and resolve_device("auto") == "cpu"):
+            os.environ.setdefault("TRITON_INTERPRET", "1")
     else:
         device = resolve_device(cfg.run.device)
         if device == "cpu":

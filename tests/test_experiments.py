@@ -50,3 +50,16 @@ def test_smoke_end_to_end(tmp_path):
     text = out.read_text()
     assert "figures/smoke_numerics.png" in text and (tmp_path / "figures" / "smoke_numerics.png").exists()
     assert "| cpu | cpu-interpreter |" in text
+
+
+def test_multirun_on_cpu_interprets_kernels_imported_while_planning(tmp_path):
+    # the multirun preflight plans proton_fig15, which imports kernels.suite before any job runs;
+    # without TRITON_INTERPRET in the environment those kernels must still be interpreted
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-m", "harness", "experiment=proton_fig15", f"run.results_dir={tmp_path}",
+                        "run.device=cpu", "run.progress=false", "experiment.params.suite=[fused_softmax]", "-m"],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    df = load_experiment(tmp_path / "cpu" / "proton_fig15")
+    plain = df[(df["impl"] == "fused_softmax") & (df["profiler"] == "none")].drop_duplicates("point_hash")
+    assert list(plain["status"]) == ["ok"], plain[["status", "error"]].to_string()
