@@ -11,7 +11,7 @@ ifdef NO_VENV          # use the interpreter as it is (e.g. a GPU image with eve
 PY := $(PYTHON)
 STAMP :=
 endif
-EXPERIMENTS ?= smoke gemm_shapes tilus_fig9 tilus_fig10 tilus_fig13 proton_fig15
+EXPERIMENTS ?= smoke gemm_shapes tilus_fig10 tilus_fig11 tilus_fig14 proton_fig15
 ARGS ?=
 
 .PHONY: reproduce test figures merge venv clean-cpu

@@ -1,7 +1,7 @@
 """Build the Tilus kernel cache for the points the experiments' sweeps will run, without a GPU.
 
     python -m harness.tilus_cache --out build/tilus_cache --tar build/tilus_cache.tgz
-    python -m harness.tilus_cache --experiments tilus_fig9 --limit 3
+    python -m harness.tilus_cache --experiments tilus_fig10 --limit 3
 
 The points are planned exactly as `python -m harness experiment=<e> kernel=tilus -m` would
 plan them on a GPU (every job of the sweep, full-size shapes); the compiling is
@@ -20,7 +20,7 @@ from .preflight import expand_jobs
 from .runner import build_context
 from .specs import CONF_DIR
 
-EXPERIMENTS = ("tilus_fig9", "tilus_fig13", "tilus_fig10")
+EXPERIMENTS = ("tilus_fig10", "tilus_fig14", "tilus_fig11")
 
 
 def points(experiments=EXPERIMENTS) -> list[tuple]:

@@ -136,9 +136,9 @@ def test_tilus_script_transpiles_on_cpu(tilus_sm90, tmp_path, fmt, act, g, zeros
 
 def test_tilus_cache_points_come_from_the_experiment_sweeps():
     from harness.tilus_cache import points
-    p9 = points(("tilus_fig9",))
+    p9 = points(("tilus_fig10",))
     assert {(K, N) for *_, K, N in p9} == {(8192, 8192), (8192, 57344), (28672, 8192)}
     assert {f for f, *_ in p9} == {"u8", "f6e3m2", "u4", "u2", "u1", "i4"} and len(p9) == 18
     assert all(g == (-1 if f.startswith("f") else 128) and act == "f16" for f, g, act, _, _ in p9)
-    both = points(("tilus_fig9", "tilus_fig13"))
+    both = points(("tilus_fig10", "tilus_fig14"))
     assert both[:18] == p9 and len(both) == len(set(both))      # fig13's points are fig9's large shape

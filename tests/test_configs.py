@@ -124,20 +124,20 @@ def test_help_lists_groups_and_choices():
 
 def test_multirun_fails_before_any_job_when_a_later_job_is_bad(tmp_path):
     """llama3_70b would run; gpt_oss_20b has no gate_up layer: nothing may run at all."""
-    r = subprocess.run([sys.executable, "-m", "harness", "experiment=tilus_fig9", "model=llama3_70b,gpt_oss_20b",
+    r = subprocess.run([sys.executable, "-m", "harness", "experiment=tilus_fig10", "model=llama3_70b,gpt_oss_20b",
                         f"run.results_dir={tmp_path}", "run.device=cpu", "-m"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2
-    assert "in job [experiment=tilus_fig9 model=gpt_oss_20b" in r.stderr
+    assert "in job [experiment=tilus_fig10 model=gpt_oss_20b" in r.stderr
     assert "valid layers: qkv, o, expert_gate_up, expert_down" in r.stderr
     assert not any(tmp_path.iterdir())
 
 
 def test_preflight_expands_the_experiments_own_sweep():
     from harness.preflight import expand_jobs
-    jobs = expand_jobs(["experiment=tilus_fig9", "model=llama3_70b,qwen2_5_32b"])
+    jobs = expand_jobs(["experiment=tilus_fig10", "model=llama3_70b,qwen2_5_32b"])
     assert len(jobs) == 2 * 6
-    assert ["experiment=tilus_fig9", "model=qwen2_5_32b", "precision=u1"] in jobs
+    assert ["experiment=tilus_fig10", "model=qwen2_5_32b", "precision=u1"] in jobs
 
 
 @pytest.mark.parametrize("precision", [p for p in PRECISIONS if p not in ("f16", "bf16")])

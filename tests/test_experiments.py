@@ -24,8 +24,8 @@ def test_every_experiment_plans(experiment):
     assert len({p for p in points}) == len(points)
 
 
-def test_tilus_fig9_plans_the_papers_shapes_on_a_gpu_card():
-    cfg = _compose("experiment=tilus_fig9", "precision=i4", "run.device=cpu")
+def test_tilus_fig10_plans_the_papers_shapes_on_a_gpu_card():
+    cfg = _compose("experiment=tilus_fig10", "precision=i4", "run.device=cpu")
     cfg.experiment.cpu = {"max_K": 10**9, "max_N": 10**9, "max_M": 10**9}
     _, _, points = build_context(cfg)
     assert {(p.K, p.N) for p in points} == {(8192, 8192), (8192, 57344), (28672, 8192)}

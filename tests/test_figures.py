@@ -102,11 +102,11 @@ def test_every_figure_regenerates_from_the_committed_results(tmp_path):
         assert f"## {exp}" in text
         assert f"No GPU results are committed for this experiment yet" not in text.split(f"## {exp}")[1].split("\n## ")[0]
     pngs = {p.stem for p in (tmp_path / "figures").glob("*.png")}
-    assert {"gemm_shapes_roofline", "tilus_fig9", "tilus_fig13", "proton_fig15", "proton_fig15_timeline"} <= pngs
+    assert {"gemm_shapes_roofline", "tilus_fig10", "tilus_fig14", "proton_fig15", "proton_fig15_timeline"} <= pngs
 
 
 def test_fig9_targets_table_shows_host_time_when_recorded():
-    from experiments.tilus_fig9.figures import targets
+    from experiments.tilus_fig10.figures import targets
     rows = []
     for impl, ms, host in (("cublas", 0.048, 0.01), ("triton", 0.20, 0.19), ("tilus", 0.031, None)):
         wd = "f16" if impl == "cublas" else "i4"

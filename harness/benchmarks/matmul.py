@@ -1,6 +1,6 @@
 """Weight-only matmul y[M,N] = x[M,K] @ dequant(W)[K,N], for every implementation.
 
-Used by gemm_shapes, tilus_fig9, tilus_fig10, tilus_fig13 and smoke. Each point is
+Used by gemm_shapes, tilus_fig10, tilus_fig11, tilus_fig14 and smoke. Each point is
 checked against x(float64) @ W(float64) on fresh random inputs before it is timed.
 """
 from __future__ import annotations

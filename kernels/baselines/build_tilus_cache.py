@@ -1,6 +1,6 @@
 """Build the Tilus compiled-kernel cache on a machine without a GPU.
 
-    python -m harness.tilus_cache --out build/tilus_cache [--experiments tilus_fig9,tilus_fig13] [--tar build/tilus_cache.tgz]
+    python -m harness.tilus_cache --out build/tilus_cache [--experiments tilus_fig10,tilus_fig14] [--tar build/tilus_cache.tgz]
 
 (`harness.tilus_cache` lists the (format, group, activation, K, N) points of the experiments'
 sweeps; this module builds the Tilus kernels of given points and knows nothing of them.)

@@ -7,7 +7,7 @@ from experiments.speedup import paper_speedups, side_by_side, speedups
 from harness.figures import comparison, figure, table
 
 
-@figure("tilus_fig13", experiment="tilus_fig13",
+@figure("tilus_fig14", experiment="tilus_fig14",
         caption="Speedup over cuBLAS f16 from decode (M=1) to prefill (M=12288) at K=8192, N=57344.")
 def fig13(df):
     d = speedups(df)
@@ -23,12 +23,12 @@ def fig13(df):
     return g.figure
 
 
-@comparison(experiment="tilus_fig13")
+@comparison(experiment="tilus_fig14")
 def vs_paper(df, paper_dir):
     return side_by_side(speedups(df), paper_speedups(paper_dir, 13), 13)
 
 
-@table("Large-M target of issue 3 (within 10% of cuBLAS f16 at M >= 2048)", experiment="tilus_fig13")
+@table("Large-M target of issue 3 (within 10% of cuBLAS f16 at M >= 2048)", experiment="tilus_fig14")
 def large_m(df):
     d = speedups(df)
     d = d[d["M"] >= 2048].pivot_table(index=["M", "weight_dtype"], columns="label", values="speedup")
