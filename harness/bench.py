@@ -18,20 +18,35 @@ from .timing import Timer
 
 @dataclass(frozen=True)
 class Point:
+    """One sweep point. Every benchmark fills the axes it has and leaves the others empty:
+
+    matmul:           model, layer, M, K, N, weight_dtype, act_dtype, group_size, impl
+    whole models:     model, model_layers (the layer cap that ran), workload (train | infer | decode ...),
+                      phase, batch, seq_len, weight_dtype/act_dtype, impl (the stack), profiler
+    kernel suites:    workload (the kernel), impl (triton | native), profiler, params (size, mode)
+    `timing` (the timing recipe, set by the runner) and `params` are part of the point's identity.
+    """
     experiment: str
     figure: str
-    model: str
-    layer: str
-    M: int
-    K: int
-    N: int
-    weight_dtype: str
-    act_dtype: str
-    group_size: int
-    impl: str
+    model: str = ""
+    layer: str = ""
+    M: int | None = None
+    K: int | None = None
+    N: int | None = None
+    weight_dtype: str = ""
+    act_dtype: str = ""
+    group_size: int | None = None
+    impl: str = ""
     profiler: str = "none"
     params: tuple[tuple[str, Any], ...] = ()      # benchmark-specific knobs, sorted
+    workload: str = ""
+    phase: str = ""
+    batch: int | None = None
+    seq_len: int | None = None
+    model_layers: int | None = None
+    timing: str = ""                              # the timing settings that measured it (JSON)
     skip_reason: str | None = field(default=None, compare=False)   # known unsupported at plan time
+    env: str = field(default="", compare=False)   # what it needs from the environment (package versions)
 
     @property
     def params_dict(self) -> dict:
@@ -40,12 +55,17 @@ class Point:
     def columns(self) -> dict:
         d = asdict(self)
         d.pop("skip_reason")
+        d.pop("env")
         d["params"] = json.dumps(self.params_dict, sort_keys=True) if self.params else ""
         return d
 
     def hash(self, code_version: str, gpu: str) -> str:
-        key = json.dumps({**self.columns(), "code_version": code_version, "gpu": gpu}, sort_keys=True)
-        return hashlib.sha256(key.encode()).hexdigest()[:16]
+        """Content address of the measurement: every column, the code, the GPU, and the environment
+        the point depends on (so an `unavailable` point is final until its package appears)."""
+        key = {**self.columns(), "code_version": code_version, "gpu": gpu}
+        if self.env:
+            key["env"] = self.env
+        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass

@@ -6,7 +6,9 @@ planning, before the first CUDA call. Each finished point is written at once
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import json
 import os
 import socket
 import sys
@@ -86,6 +88,16 @@ def build_context(cfg: DictConfig, plan_only: bool = False) -> tuple[Context, ob
     return ctx, bench, points
 
 
+TIMING_KEYS = ("warmup_ms", "samples", "flush_l2", "flush_mb", "cuda_graph", "host_ahead")
+
+
+def timing_key(t: DictConfig, device: str) -> str:
+    """The timing settings that change what is measured (JSON, part of every point's hash and row).
+    On the CPU only the sample count applies."""
+    d = {"cpu_samples": int(t.cpu_samples)} if device != "cuda" else {k: t[k] for k in TIMING_KEYS}
+    return json.dumps(d, sort_keys=True)
+
+
 def _rows(point: Point, metrics: list[Metric], status: str, error: str, prov: dict, phash: str) -> list[dict]:
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     base = {**point.columns(), **prov, "point_hash": phash, "status": status, "error": error, "ts_utc": now}
@@ -124,6 +136,8 @@ def run_job(cfg: DictConfig) -> Path:
         results_dir = ROOT / results_dir
     exp_dir = results_dir / ctx.gpu.name / ctx.experiment.name
     cv = code_version()
+    timing = timing_key(cfg.timing, ctx.device)
+    points = [dataclasses.replace(p, timing=timing) for p in points]
     hashes = {p: p.hash(cv, ctx.gpu.name) for p in points}
     done = done_hashes(exp_dir) if cfg.run.resume else set()
     todo = [p for p in points if hashes[p] not in done]
@@ -144,7 +158,8 @@ def run_job(cfg: DictConfig) -> Path:
     ctx.artifacts = exp_dir / "artifacts"
     ctx.timer = Timer(ctx.device, t.warmup_ms, t.samples, t.flush_l2, t.flush_mb, t.cuda_graph, t.cpu_samples,
                       t.host_ahead)
-    probe = Point(ctx.experiment.name, ctx.experiment.figure, ctx.model.name, "probe", 0, 0, 0, "", "", -1, "probe")
+    probe = Point(ctx.experiment.name, ctx.experiment.figure, model=ctx.model.name, layer="probe", impl="probe",
+                  timing=timing)
     setup_metrics = bench.setup(ctx)
     if setup_metrics and probe.hash(cv, ctx.gpu.name) not in done:
         writer.write_point(_rows(probe, setup_metrics, "ok", "", prov, probe.hash(cv, ctx.gpu.name)))

@@ -16,8 +16,9 @@ from typing import Iterable
 import pandas as pd
 
 SCHEMA = [
-    "experiment", "figure", "model", "layer", "M", "K", "N", "weight_dtype", "act_dtype",
-    "group_size", "impl", "profiler", "params", "impl_config", "metric", "value", "unit",
+    "experiment", "figure", "model", "model_layers", "workload", "phase", "batch", "seq_len",
+    "layer", "M", "K", "N", "weight_dtype", "act_dtype",
+    "group_size", "impl", "profiler", "params", "timing", "impl_config", "metric", "value", "unit",
     "p10", "p90", "n_samples", "status", "error", "point_hash", "device", "gpu_name", "driver",
     "cuda", "torch", "triton", "git_sha", "git_dirty", "code_version", "sm_clock_mhz", "ts_utc",
 ]
@@ -85,7 +86,7 @@ def read_csv(path: Path) -> pd.DataFrame:
 
 
 def _types(df: pd.DataFrame) -> pd.DataFrame:
-    for c in ("M", "K", "N", "group_size", "n_samples"):
+    for c in ("M", "K", "N", "group_size", "n_samples", "batch", "seq_len", "model_layers"):
         df[c] = pd.to_numeric(df[c], errors="coerce").astype("Int64")
     for c in ("value", "p10", "p90", "sm_clock_mhz"):
         df[c] = pd.to_numeric(df[c], errors="coerce")

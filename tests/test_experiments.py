@@ -61,5 +61,5 @@ def test_multirun_on_cpu_interprets_kernels_imported_while_planning(tmp_path):
                        capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     df = load_experiment(tmp_path / "cpu" / "proton_fig15")
-    plain = df[(df["impl"] == "fused_softmax") & (df["profiler"] == "none")].drop_duplicates("point_hash")
+    plain = df[(df["workload"] == "fused_softmax") & (df["profiler"] == "none")].drop_duplicates("point_hash")
     assert list(plain["status"]) == ["ok"], plain[["status", "error"]].to_string()

@@ -61,8 +61,11 @@ def test_proton_fig15_overhead_and_timeline_from_a_decoded_buffer(tmp_path):
     for kernel, plain, inst in (("layer_norm", 0.100, 0.117), ("matmul", 1.50, 1.52), ("native_matmul", 2.0, 2.02)):
         for prof, ms, params in (("none", plain, ""), ("proton" if "native" not in kernel else "native", inst,
                                                           "" if "native" not in kernel else '{"buffer_records": 8}')):
-            w.write_point([dict(experiment="proton_fig15", figure="proton_fig15", model="-", layer="llm", impl=kernel,
-                                profiler=prof, params=params, metric="latency_ms", value=ms, unit="ms", status="ok",
+            native = kernel.startswith("native_")
+            prm = dict(size="llm", **({"buffer_records": 8} if native and prof != "none" else {}))
+            w.write_point([dict(experiment="proton_fig15", figure="proton_fig15", workload=kernel.removeprefix("native_"),
+                                impl="native" if native else "triton", profiler=prof,
+                                params=__import__("json").dumps(prm, sort_keys=True), metric="latency_ms", value=ms, unit="ms", status="ok",
                                 device="cuda", gpu_name="fixture", point_hash=f"{kernel}{prof}",
                                 ts_utc="2026-01-01")])
     merge(exp)

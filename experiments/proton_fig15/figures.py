@@ -15,11 +15,21 @@ from harness.figures import comparison, figure, table
 PAPER_NAME = {"moe_matmul": "matmul_ogs"}
 
 
+def kernel_label(df: pd.DataFrame) -> pd.Series:
+    """The suite kernel for Triton rows, 'native_<kernel>' for our CUDA kernels."""
+    return df["workload"].where(df["impl"] != "native", "native_" + df["workload"])
+
+
+def _size(params: str) -> str:
+    return json.loads(params).get("size", "") if params else ""
+
+
 def overheads(df: pd.DataFrame) -> pd.DataFrame:
     """instrumented / plain latency per (gpu, kernel, profiler, mode), plain measured in the same job."""
     lat = df[(df["metric"] == "latency_ms") & (df["status"] == "ok")]
-    base = lat[lat["profiler"] == "none"][["gpu", "impl", "layer", "value"]].rename(columns={"value": "plain_ms"})
-    inst = lat[lat["profiler"] != "none"].merge(base, on=["gpu", "impl", "layer"])
+    lat = lat.assign(kernel=kernel_label(lat), size=lat["params"].fillna("").map(_size))
+    base = lat[lat["profiler"] == "none"][["gpu", "kernel", "size", "value"]].rename(columns={"value": "plain_ms"})
+    inst = lat[lat["profiler"] != "none"].merge(base, on=["gpu", "kernel", "size"])
     inst["overhead"] = inst["value"] / inst["plain_ms"]
     inst["mode"] = inst["params"].fillna("").map(lambda s: _mode_label(s))
     return inst
@@ -28,7 +38,7 @@ def overheads(df: pd.DataFrame) -> pd.DataFrame:
 def _mode_label(params: str) -> str:
     if not params:
         return "default"
-    d = json.loads(params)
+    d = {k: v for k, v in json.loads(params).items() if k != "size"}
     if "buffer_records" in d:
         return "native"
     return ", ".join(f"{k}={v}" for k, v in sorted(d.items())) or "default"
@@ -44,19 +54,19 @@ def fig15(df):
     o = o.assign(who=lambda t: t.apply(lambda r: ("our native header" if r["profiler"] == "native"
                                                   else f"proton {r['mode']}") + f" ({r['gpu']})", axis=1))
     paper_path = Path(df.attrs.get("results_dir", "results")) / "paper" / "proton_instrumentation.csv"
-    rows = [o[["impl", "who", "overhead"]]]
+    rows = [o[["kernel", "who", "overhead"]]]
     if paper_path.exists():
         p = pd.read_csv(paper_path)
         p = p[p["gpu"] == "GH200"]
         inv = {v: k for k, v in PAPER_NAME.items()}
-        rows.insert(0, pd.DataFrame({"impl": p["kernel"].map(lambda k: inv.get(k, k)),
+        rows.insert(0, pd.DataFrame({"kernel": p["kernel"].map(lambda k: inv.get(k, k)),
                                      "who": "paper: proton default (GH200)", "overhead": p["overhead_ratio"]}))
     d = pd.concat(rows, ignore_index=True)
-    order = sorted(d["impl"].unique(), key=lambda k: (k.startswith("native_"), k))
+    order = sorted(d["kernel"].unique(), key=lambda k: (k.startswith("native_"), k))
     hues = sorted(d["who"].unique(), key=lambda w: (not w.startswith("paper"), w))
     pal = dict(zip(hues, ["0.6"] + sns.color_palette("deep", len(hues) - 1)))
     fig, ax = plt.subplots(figsize=(13, 4.5))
-    sns.barplot(d, x="impl", y="overhead", hue="who", order=order, hue_order=hues, palette=pal, ax=ax)
+    sns.barplot(d, x="kernel", y="overhead", hue="who", order=order, hue_order=hues, palette=pal, ax=ax)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_ylim(0.9, max(1.3, float(np.nanmax(d["overhead"])) * 1.05))
     ax.set_xlabel("")
@@ -113,7 +123,7 @@ def vs_paper(df, paper_dir):
     p = pd.read_csv(Path(paper_dir) / "proton_instrumentation.csv")
     p = p.pivot_table(index="kernel", columns="gpu", values="overhead_ratio")
     p.columns = [f"paper {c}" for c in p.columns]
-    ours = o.pivot_table(index="impl", columns=["gpu", "mode"], values="overhead", aggfunc="median")
+    ours = o.pivot_table(index="kernel", columns=["gpu", "mode"], values="overhead", aggfunc="median")
     ours.columns = [f"ours {g} {m}" for g, m in ours.columns]
     ours.index = [PAPER_NAME.get(i, i) for i in ours.index]
     t = p.join(ours, how="outer")
@@ -126,4 +136,5 @@ def vs_paper(df, paper_dir):
 def native_checks(df):
     keys = ["calib_scope_cycles", "calib_scope_err", "calib_span_vs_events_err", "kernel_span_ms", "dropped_records"]
     d = df[df["metric"].isin(keys) & (df["status"] == "ok")]
-    return d.pivot_table(index="impl", columns="metric", values="value").reset_index()
+    d = d.assign(kernel=kernel_label(d))
+    return d.pivot_table(index="kernel", columns="metric", values="value").reset_index()

@@ -24,9 +24,6 @@ from ..bench import Context, Metric, Point, register
 from ..specs import ConfigError
 from ..timing import NumericsFail, device_time
 
-NATIVE_PREFIX = "native_"
-
-
 def _mode_params(mode: dict) -> tuple:
     keys = ("buffer_size", "granularity", "clock32", "time_shift")
     bad = sorted(set(mode) - set(keys))
@@ -103,18 +100,19 @@ class KernelInstrumentation:
         modes = [_mode_params(dict(m)) for m in (prm.get("modes") or [{}])]
         records = [int(r) for r in (prm.get("native_buffer_records") or [1024])]
 
-        def pt(impl, profiler, params=()):
-            return Point(exp.name, exp.figure, "-", size, 0, 0, 0, "", "", -1, impl, profiler, params)
+        def pt(kernel, impl, profiler, params=()):
+            params = tuple(sorted((*params, ("size", size))))
+            return Point(exp.name, exp.figure, workload=kernel, impl=impl, profiler=profiler, params=params)
 
         pts = []
         for k in suite:
-            pts.append(pt(k, "none"))
-            pts += [pt(k, "proton", m) for m in modes]
+            pts.append(pt(k, "triton", "none"))
+            pts += [pt(k, "triton", "proton", m) for m in modes]
         for k in native:
-            pts.append(pt(NATIVE_PREFIX + k, "none"))
-            pts += [pt(NATIVE_PREFIX + k, "native", (("buffer_records", r),)) for r in records]
+            pts.append(pt(k, "native", "none"))
+            pts += [pt(k, "native", "native", (("buffer_records", r),)) for r in records]
         if native:
-            pts.append(pt(NATIVE_PREFIX + "calibrate", "native",
+            pts.append(pt("calibrate", "native", "native",
                           (("spin_cycles", int(prm.get("spin_cycles", 1_000_000))),)))
         return pts
 
@@ -131,7 +129,7 @@ class KernelInstrumentation:
         return device_time(fn, n, match, warm=plain)     # instrumented variants ran once for their check
 
     def run(self, point: Point, ctx: Context) -> list[Metric]:
-        if point.impl.startswith(NATIVE_PREFIX):
+        if point.impl == "native":
             return self._native(point, ctx)
         return self._triton(point, ctx)
 
@@ -145,15 +143,15 @@ class KernelInstrumentation:
 
     def _triton(self, point: Point, ctx: Context) -> list[Metric]:
         from kernels.suite import SUITE
-        case = SUITE[point.impl]
+        case = SUITE[point.workload]
+        size = point.params_dict["size"]
         dev = "cpu" if ctx.on_cpu else "cuda"
-        inputs = self._inputs(ctx, (point.impl, point.layer),
-                              lambda: case.make_inputs(point.layer, dev, ctx.seed))
+        inputs = self._inputs(ctx, (point.workload, size), lambda: case.make_inputs(size, dev, ctx.seed))
         if point.profiler == "none":
             ok, err = case.check(inputs)
             if not ok:
                 raise NumericsFail(f"max abs error {err:.3g} over tolerance {case.tolerance}")
-            t = self._time(ctx, lambda: case.run(inputs), _triton_match(point.impl), plain=True)
+            t = self._time(ctx, lambda: case.run(inputs), _triton_match(point.workload), plain=True)
             return [Metric("latency_ms", t.median_ms, "ms", t.p10_ms, t.p90_ms, t.n, t.sm_clock_mhz),
                     Metric("max_abs_err", err, "1")]
         if ctx.on_cpu:
@@ -161,10 +159,10 @@ class KernelInstrumentation:
         import triton.profiler as proton
         import triton.profiler.language as pl
         from kernels.suite.proton_modes import make_mode
-        mode = dict(point.params)
+        mode = {k: v for k, v in point.params if k != "size"}
         pl.enable_semantic("triton")
         case.run(inputs)                         # compile the plain variant outside the session
-        tag = point.impl + "".join(f"__{k}-{v}" for k, v in point.params)
+        tag = point.workload + "".join(f"__{k}-{v}" for k, v in sorted(mode.items()))
         tmp = Path(ctx.artifacts or ".") / "tmp" / tag
         tmp.parent.mkdir(parents=True, exist_ok=True)
         proton.start(str(tmp), backend="instrumentation", mode=make_mode(**mode), data="tree")
@@ -173,7 +171,7 @@ class KernelInstrumentation:
             ok, err = case.check(inputs, out)
             if not ok:
                 raise NumericsFail(f"instrumented: max abs error {err:.3g} over tolerance {case.tolerance}")
-            t = self._time(ctx, lambda: case.run(inputs, instrument=True), _triton_match(point.impl), plain=False)
+            t = self._time(ctx, lambda: case.run(inputs, instrument=True), _triton_match(point.workload), plain=False)
         finally:
             proton.finalize()
         ms = [Metric("latency_ms", t.median_ms, "ms", t.p10_ms, t.p90_ms, t.n, t.sm_clock_mhz, make_mode(**mode)),
@@ -182,13 +180,13 @@ class KernelInstrumentation:
         if files:
             tree = json.loads(Path(files[-1]).read_text())
             ms += _scope_metrics(tree, set(case.scopes))
-            if not point.params and ctx.artifacts:           # default mode: keep its tree (and a trace)
-                _save(files[-1], ctx.artifacts / "proton" / f"{point.impl}.hatchet")
+            if not mode and ctx.artifacts:           # default mode: keep its tree (and a trace)
+                _save(files[-1], ctx.artifacts / "proton" / f"{point.workload}.hatchet")
                 ms.append(Metric("profile_bytes", os.path.getsize(files[-1]), "B"))
                 traces = ctx.experiment.params.get("proton_traces")
-                if traces is None or point.impl in traces:
+                if traces is None or point.workload in traces:
                     ms.append(self._proton_trace(case, inputs, mode,
-                                                 ctx.artifacts / "proton" / f"{point.impl}.chrome_trace.json"))
+                                                 ctx.artifacts / "proton" / f"{point.workload}.chrome_trace.json"))
         shutil.rmtree(tmp.parent, ignore_errors=True)
         return ms
 
@@ -217,11 +215,11 @@ class KernelInstrumentation:
             raise Unavailable("native CUDA kernels need a GPU (their sources are compile-checked in the tests)")
         from native import decode as dec
         from native import native_kernels as nk
-        name = point.impl[len(NATIVE_PREFIX):]
+        name = point.workload
         prm = dict(point.params)
         if name == "calibrate":
             return self._calibrate(prm["spin_cycles"], ctx)
-        inputs = self._inputs(ctx, (name, point.layer), lambda: nk.make_inputs(name, point.layer, "cuda", ctx.seed))
+        inputs = self._inputs(ctx, (name, prm["size"]), lambda: nk.make_inputs(name, prm["size"], "cuda", ctx.seed))
         ref = nk.reference(name, inputs)
         tol = nk.suite_case(name).tolerance
 
