@@ -1,0 +1,317 @@
+"""One profiled measurement of a whole model, in a process of its own.
+
+A profiler leaves a process slower after it stops (seen on the H200: an unprofiled rerun after
+the PyTorch profiler was 33-58% slower), so every measurement runs in a fresh process that:
+
+  1. builds the model on the device (random weights) and the workload (LoRA train or infer),
+  2. checks the workload on the real model (harness.engines.train: check()),
+  3. warms up (`warmup` units) and, if the caller did not fix it, times one unit to choose the
+     region length N = round(target_s / unit time) (the caller then passes N to every other
+     process of the same point so that all regions are identical),
+  4. times the unprofiled region: N units between two device synchronisations (the baseline,
+     measured before any profiler touched the process),
+  5. starts the profiler, times the same N units, stops the clock, then finalizes the profiler
+     (stop + write/export; timed apart) and counts the bytes it wrote,
+  6. optionally times N units once more, unprofiled (the slowdown a profiler leaves behind).
+
+`measure(spec) -> dict` does it in the current process; `run_isolated(spec)` runs it in a fresh
+process: a child of a fork server that has imported torch, transformers and peft but never
+touched CUDA or a profiler (`launcher="forkserver"`, which saves the ~4 s of imports per process),
+or `python -m harness.engines.measure '<json spec>'` (`launcher="subprocess"`, also the way nsys
+wraps a process). The fork server is `python -m harness.engines.measure --serve` (class
+ForkServer). Failures come back as {"status": oom | numerics_fail | unavailable | error,
+"error": one line, "phase": where}. Pure compute: no Hydra, no CSV.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RESULT_MARK = "MEASURE_RESULT "
+ROOT = Path(__file__).resolve().parents[2]
+# imported once by the fork server (never CUDA, never a profiler): each child starts from here
+PRELOAD = ["torch", "transformers", "peft", "harness.engines.model", "harness.engines.train",
+           "harness.engines.profilers", "harness.engines.measure",
+           "transformers.models.llama.modeling_llama", "transformers.models.mistral.modeling_mistral",
+           "transformers.models.gemma3.modeling_gemma3", "transformers.models.qwen3_moe.modeling_qwen3_moe",
+           "transformers.models.gpt_oss.modeling_gpt_oss", "transformers.models.phi3.modeling_phi3"]
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+        torch.cuda.synchronize()
+
+
+def time_units(unit, n: int, device: str) -> float:
+    """Seconds for n units, from a synchronised start to a synchronised end (wall clock)."""
+    _sync(device)
+    t = time.perf_counter()
+    for _ in range(n):
+        unit()
+    _sync(device)
+    return time.perf_counter() - t
+
+
+def measure(spec: dict) -> dict:
+    """Run the whole procedure of the module docstring in this process; raises on failure."""
+    import torch
+
+    from ..specs import ModelCard
+    from .model import build_model, tiny_card
+    from .profilers import make_profiler
+    from .train import apply_liger, make_infer, make_train
+
+    t_enter = time.perf_counter()
+    dev = spec["device"]
+    res: dict = {"phase": "build"}
+    _state["res"] = res
+    card = ModelCard(**{**spec["card"], "papers": tuple(spec["card"].get("papers", ()))})
+    if spec.get("tiny"):
+        card = tiny_card(card)
+    built = build_model(card, layers=spec.get("layers"), dtype=spec.get("dtype", "bf16"), device=dev,
+                        seed=spec.get("seed", 0))
+    res.update(layers=built.layers, model_params=built.params, stack="hf")
+    if spec.get("liger"):
+        res["liger_ops"] = apply_liger(built.model)
+    k = dict(spec.get("knobs", {}))
+    warmup = int(k.pop("warmup", 1))
+    if spec["workload"] == "train":
+        wl = make_train(built, spec["batch"], spec["seq_len"], seed=spec.get("seed", 0), **k)
+        res["stack"] = "hf+peft"
+    elif spec["workload"] == "infer":
+        wl = make_infer(built, spec["batch"], spec["seq_len"], seed=spec.get("seed", 0), **k)
+    else:
+        raise ValueError(f"workload {spec['workload']!r}; valid: train, infer")
+    if spec.get("liger"):
+        res["stack"] += "+liger"
+    res["experts_impl"] = getattr(built.model.config, "_experts_implementation", None)
+    res["info"] = wl.info
+    res["phase"] = "check"
+    res["check"] = wl.check()
+    res["phase"] = "warmup"
+    for _ in range(warmup):
+        wl.unit()
+    _sync(dev)
+    n = spec.get("units")
+    if not n:
+        one = time_units(wl.unit, 1, dev)
+        n = max(1, min(int(spec.get("max_units", 64)), round(float(spec["target_s"]) / max(one, 1e-9))))
+        res["calibration_unit_s"] = one
+    res["units"] = n
+    res["ready_s"] = time.perf_counter() - t_enter
+    res["phase"] = "baseline"
+    res["baseline_s"] = time_units(wl.unit, n, dev)
+
+    prof_spec = spec.get("profiler") or {"kind": "none"}
+    out_dir = Path(spec.get("out_dir") or ".")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    prof = make_profiler(prof_spec["kind"], out_dir / spec.get("stem", "profile"), **prof_spec.get("options", {}))
+    res["phase"] = "profiled"
+    _sync(dev)
+    prof.start()
+    res["region_s"] = time_units(wl.unit, n, dev)
+    res["region_end_wall"] = time.time()
+    res["phase"] = "finalize"
+    t = time.perf_counter()
+    files = prof.finalize()
+    res["finalize_s"] = time.perf_counter() - t
+    res["files"] = {str(p): p.stat().st_size for p in files if p.exists()}
+    res["profile_bytes"] = sum(res["files"].values()) if files else None
+    res["kernel_launches"] = prof.kernel_launches()
+    if getattr(prof, "ran_activities", None) is not None:
+        res["activities"] = prof.ran_activities
+    if spec.get("residual"):
+        res["phase"] = "residual"
+        res["residual_s"] = time_units(wl.unit, n, dev)
+    if dev == "cuda":
+        from ..timing import sm_clock_mhz
+        res["peak_mem_gb"] = torch.cuda.max_memory_allocated() / 2**30
+        res["sm_clock_mhz"] = sm_clock_mhz()
+    res["phase"] = "done"
+    res["status"] = "ok"
+    return res
+
+
+_state: dict = {}
+
+
+def classify(e: BaseException) -> tuple[str, str]:
+    """(status, one-line message) for an exception raised while measuring."""
+    import torch
+
+    from kernels import Unavailable, Unsupported
+    from ..timing import NumericsFail
+    msg = " ".join(f"{type(e).__name__}: {e}".split())[:400]
+    if isinstance(e, (torch.cuda.OutOfMemoryError, MemoryError)):
+        return "oom", msg
+    if isinstance(e, NumericsFail):
+        return "numerics_fail", str(e)
+    if isinstance(e, Unavailable):
+        return "unavailable", str(e)
+    if isinstance(e, Unsupported):
+        return "unsupported", str(e)
+    return "error", msg
+
+
+def measure_safely(spec: dict) -> dict:
+    _state.clear()
+    try:
+        return measure(spec)
+    except BaseException as e:  # noqa: BLE001 - every failure becomes a status
+        status, msg = classify(e)
+        phase = _state.get("res", {}).get("phase", "start")
+        return {"status": status, "error": msg, "phase": phase}
+
+
+class ForkServer:
+    """A process that has imported `PRELOAD` (never CUDA, never a profiler) and forks one child per
+    measurement: `python -m harness.engines.measure --serve`, one JSON spec per line on its stdin,
+    one `RESULT_MARK` + JSON result line per spec on its stdout. The child's own output goes to
+    stderr; its result comes back through a pipe; a child past its timeout is killed."""
+
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+
+    def _start(self) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        self.proc = subprocess.Popen([sys.executable, "-m", "harness.engines.measure", "--serve"], cwd=ROOT, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        atexit.register(self.close)
+
+    def run(self, spec: dict, timeout_s: float) -> dict:
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        assert self.proc and self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(json.dumps({"spec": spec, "timeout_s": timeout_s}) + "\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            if line.startswith(RESULT_MARK):
+                return json.loads(line[len(RESULT_MARK):])
+        code = self.proc.wait()
+        self.proc = None
+        return {"status": "error", "phase": "unknown", "error": f"the measurement fork server exited (code {code})"}
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.proc = None
+
+
+def serve() -> int:
+    """The fork server's loop (see ForkServer)."""
+    import importlib
+    import select
+    import signal
+    for m in PRELOAD:
+        try:
+            importlib.import_module(m)
+        except ImportError:
+            pass
+    out = sys.stdout
+    for line in sys.stdin:
+        req = json.loads(line)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:                                   # the child: measure, send the result, leave
+            os.close(r)
+            os.dup2(2, 1)                              # library prints go to stderr, never to the protocol
+            res = _jsonable(measure_safely(req["spec"]))
+            with os.fdopen(w, "w") as f:
+                f.write(json.dumps(res))
+            sys.stderr.flush()
+            os._exit(0)
+        os.close(w)
+        chunks, deadline = [], time.monotonic() + float(req["timeout_s"])
+        while True:
+            ready, _, _ = select.select([r], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                os.kill(pid, signal.SIGKILL)
+                break
+            b = os.read(r, 1 << 16)
+            if not b:
+                break
+            chunks.append(b)
+        os.close(r)
+        _, st = os.waitpid(pid, 0)
+        data = b"".join(chunks)
+        if data:
+            res = json.loads(data)
+        elif time.monotonic() >= deadline:
+            res = {"status": "timeout", "phase": "unknown", "error": f"no result within {req['timeout_s']:g} s"}
+        else:
+            how = f"signal {os.WTERMSIG(st)}" if os.WIFSIGNALED(st) else f"exit code {os.WEXITSTATUS(st)}"
+            res = {"status": "error", "phase": "unknown", "error": f"measurement process died without a result ({how})"}
+        out.write(RESULT_MARK + json.dumps(res) + "\n")
+        out.flush()
+    return 0
+
+
+_SERVER = ForkServer()
+
+
+def _run_subprocess(spec: dict, timeout_s: float, prefix: list[str] | None = None) -> dict:
+    cmd = [*(prefix or []), sys.executable, "-m", "harness.engines.measure", json.dumps(spec)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT, env=env)
+    except subprocess.TimeoutExpired:
+        return {"status": "timeout", "error": f"no result within {timeout_s:g} s", "phase": "unknown"}
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith(RESULT_MARK)]
+    if not lines:
+        tail = " | ".join((r.stderr or r.stdout).strip().splitlines()[-3:])
+        return {"status": "error", "phase": "unknown",
+                "error": f"measurement process exited with code {r.returncode} and no result: {tail}"[:400]}
+    res = json.loads(lines[-1][len(RESULT_MARK):])
+    res["exit_wall"] = time.time()
+    return res
+
+
+def run_isolated(spec: dict, launcher: str = "forkserver", timeout_s: float = 600,
+                 prefix: list[str] | None = None) -> dict:
+    """`measure(spec)` in a fresh process; the result dict (status ok or the failure), plus
+    `process_s`, the wall time of the whole process as the caller saw it."""
+    t = time.perf_counter()
+    if launcher == "forkserver" and not prefix:
+        res = _SERVER.run(spec, timeout_s)
+    elif launcher in ("forkserver", "subprocess"):
+        res = _run_subprocess(spec, timeout_s, prefix)
+    else:
+        raise ValueError(f"launcher {launcher!r}; valid: forkserver, subprocess")
+    res["process_s"] = time.perf_counter() - t
+    return res
+
+
+def _jsonable(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["--serve"]:
+        return serve()
+    if len(argv) != 1 or argv[0] in ("-h", "--help"):
+        print("usage: python -m harness.engines.measure '<json spec>' | --serve  (see the module docstring)")
+        return 2
+    res = measure_safely(json.loads(argv[0]))
+    print(RESULT_MARK + json.dumps(_jsonable(res)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
