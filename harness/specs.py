@@ -86,21 +86,33 @@ class Precision:
         return p
 
     def validate(self) -> None:
+        """The name is the source of truth (the kernels read it): kind, bits, exp_bits and man_bits
+        must be what the name says, as kernels.lowbit.formats.parse_format reads it."""
+        from kernels.lowbit.formats import parse_format
+
         _need(self.kind in self.KINDS, f"precision {self.name}: kind={self.kind!r}; valid kinds: {', '.join(self.KINDS)}")
         _need(self.act_dtype in self.ACTS,
               f"precision {self.name}: act_dtype={self.act_dtype!r}; valid: {', '.join(self.ACTS)}")
+        _need(isinstance(self.group_size, int) and not isinstance(self.group_size, bool)
+              and (self.group_size == -1 or self.group_size > 0),
+              f"precision {self.name}: group_size={self.group_size!r}; use a positive size (e.g. 32, 64, 128) "
+              f"or -1 (per channel)")
         if self.kind == "dense":
-            _need(self.bits == 16, f"precision {self.name}: dense weights are 16-bit, got bits={self.bits}")
+            _need(self.name in self.ACTS and self.bits == 16,
+                  f"precision {self.name}: dense weights are named after their 16-bit dtype ({', '.join(self.ACTS)}) "
+                  f"with bits=16, got name={self.name!r} bits={self.bits}")
             return
-        _need(1 <= self.bits <= 8, f"precision {self.name}: bits={self.bits} is outside 1..8 (weights of 1 to 8 bits)")
-        if self.kind == "int":
-            _need(self.bits >= 2, f"precision {self.name}: signed ints need bits >= 2, got {self.bits}")
-        if self.kind == "float":
-            _need(self.exp_bits >= 1 and self.man_bits >= 0 and 1 + self.exp_bits + self.man_bits == self.bits,
-                  f"precision {self.name}: float needs 1 + exp_bits + man_bits == bits, got "
-                  f"1 + {self.exp_bits} + {self.man_bits} != {self.bits}")
-        _need(self.group_size == -1 or self.group_size > 0,
-              f"precision {self.name}: group_size={self.group_size}; use a positive size (e.g. 32, 64, 128) or -1 (per channel)")
+        try:
+            fmt = parse_format(self.name)
+        except ValueError as e:
+            raise ConfigError(f"precision {self.name}: {e}") from None
+        got = (self.kind, self.bits, self.exp_bits if fmt.kind == "float" else 0,
+               self.man_bits if fmt.kind == "float" else 0)
+        want = (fmt.kind, fmt.bits, fmt.exp_bits if fmt.kind == "float" else 0,
+                fmt.man_bits if fmt.kind == "float" else 0)
+        _need(got == want, f"precision {self.name}: the card says kind={self.kind} bits={self.bits} "
+                           f"exp_bits={self.exp_bits} man_bits={self.man_bits}, but the name {self.name!r} means "
+                           f"kind={want[0]} bits={want[1]} exp_bits={want[2]} man_bits={want[3]}")
 
     @property
     def weight_dtype(self) -> str:
@@ -208,7 +220,9 @@ class ExperimentSpec:
         extra = sorted(set(d) - known)
         _need(not extra, f"experiment {d.get('name')}: unknown keys {extra}; valid keys: {sorted(known)}")
         d["kernels"] = tuple(d.get("kernels") or ())
-        d["M"] = tuple(int(m) for m in (d.get("M") or ()))
+        d["M"] = int_list(f"experiment.M", d.get("M"))
+        if d.get("group_size") is not None:
+            d["group_size"] = int_value("experiment.group_size", d["group_size"])
         if d.get("layers") is not None:
             d["layers"] = tuple(d["layers"])
         if d.get("shapes") is not None:
@@ -221,6 +235,93 @@ class ExperimentSpec:
         for kname in spec.kernels:
             KernelSpec.load(kname)
         return spec
+
+
+def int_value(key: str, v: Any, lo: int | None = None) -> int:
+    """An integer config value (not a bool, float or string), optionally >= lo."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ConfigError(f"{key}={v!r} is not an integer" + (f" (use an integer >= {lo})" if lo is not None else ""))
+    if lo is not None and v < lo:
+        raise ConfigError(f"{key}={v} must be >= {lo}")
+    return v
+
+
+def int_list(key: str, v: Any, lo: int = 1) -> tuple[int, ...]:
+    """A list of integers (a single integer is taken as a list of one), each >= lo."""
+    if v is None:
+        return ()
+    if not isinstance(v, (list, tuple)):
+        v = [v]
+    for x in v:
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise ConfigError(f"{key}: {x!r} is not an integer; give integers >= {lo}, e.g. {key}=[1,16]")
+        if x < lo:
+            raise ConfigError(f"{key}: {x} must be >= {lo}")
+    return tuple(int(x) for x in v)
+
+
+def _bool(key: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ConfigError(f"{key}={v!r} is not a boolean; use true or false")
+    return v
+
+
+def _number(key: str, v: Any, lo: float) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= lo:
+        raise ConfigError(f"{key}={v!r} must be a number >= {lo}")
+    return float(v)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """`run:` of conf/config.yaml, checked."""
+    results_dir: str
+    resume: bool
+    device: str
+    shard: str | None
+    seed: int
+    progress: bool
+
+    DEVICES = ("auto", "cuda", "cpu")
+
+    @staticmethod
+    def from_cfg(cfg: DictConfig | dict) -> "RunSpec":
+        d = _plain(cfg)
+        unknown = sorted(set(d) - set(RunSpec.__dataclass_fields__))
+        _need(not unknown, f"run: unknown keys {unknown}; valid: {sorted(RunSpec.__dataclass_fields__)}")
+        _need(isinstance(d.get("results_dir"), str) and d["results_dir"] != "",
+              f"run.results_dir={d.get('results_dir')!r} must be a folder path")
+        _need(d.get("device") in RunSpec.DEVICES, f"run.device={d.get('device')!r}; valid: {', '.join(RunSpec.DEVICES)}")
+        shard = d.get("shard")
+        _need(shard is None or (isinstance(shard, str) and re.fullmatch(r"[\w.-]+", shard) is not None),
+              f"run.shard={shard!r} must be a file name (letters, digits, '.', '_', '-')")
+        return RunSpec(d["results_dir"], _bool("run.resume", d.get("resume")), d["device"], shard,
+                       int_value("run.seed", d.get("seed"), 0), _bool("run.progress", d.get("progress")))
+
+
+@dataclass(frozen=True)
+class TimingSpec:
+    """`timing:` of conf/config.yaml, checked."""
+    warmup_ms: float
+    samples: int
+    flush_l2: bool
+    flush_mb: int
+    cuda_graph: bool
+    host_ahead: bool
+    cpu_samples: int
+
+    @staticmethod
+    def from_cfg(cfg: DictConfig | dict) -> "TimingSpec":
+        d = _plain(cfg)
+        unknown = sorted(set(d) - set(TimingSpec.__dataclass_fields__))
+        _need(not unknown, f"timing: unknown keys {unknown}; valid: {sorted(TimingSpec.__dataclass_fields__)}")
+        return TimingSpec(_number("timing.warmup_ms", d.get("warmup_ms"), 0),
+                          int_value("timing.samples", d.get("samples"), 1),
+                          _bool("timing.flush_l2", d.get("flush_l2")),
+                          int_value("timing.flush_mb", d.get("flush_mb"), 1),
+                          _bool("timing.cuda_graph", d.get("cuda_graph")),
+                          _bool("timing.host_ahead", d.get("host_ahead")),
+                          int_value("timing.cpu_samples", d.get("cpu_samples"), 1))
 
 
 def _plain(cfg: Any) -> dict:

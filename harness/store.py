@@ -3,7 +3,12 @@
 Layout: <results_dir>/<gpu>/<experiment>/shards/<shard>.csv, merged into
 <results_dir>/<gpu>/<experiment>/results.csv by `merge`. Each finished point is
 appended and flushed at once, so a crash or Ctrl-C loses no finished row. Resume
-is by content: a point whose point_hash already has a final row is skipped.
+is by content: a point whose point_hash has a final latest attempt is skipped.
+
+A point's latest attempt defines it: when a point is measured again, every row of
+its earlier attempt is dropped (no stale `ok` metric survives beside a new `error`).
+A running job holds an exclusive lock on its shard; a shard that nobody holds (its
+job was killed) is an orphan, and the next run of the experiment folds it.
 """
 from __future__ import annotations
 
@@ -23,7 +28,9 @@ SCHEMA = [
     "cuda", "torch", "triton", "git_sha", "git_dirty", "code_version", "sm_clock_mhz", "ts_utc",
 ]
 STATUSES = ("ok", "unsupported", "unavailable", "oom", "numerics_fail", "timeout", "error")
-FINAL = ("ok", "unsupported", "numerics_fail")   # not retried on resume; the rest are
+# Not retried on resume. `unavailable` is final because a point's hash covers the versions of the
+# packages it needs (Point.env): when the environment changes, the point is a new one.
+FINAL = ("ok", "unsupported", "numerics_fail", "unavailable")
 
 
 class SchemaError(ValueError):
@@ -31,9 +38,11 @@ class SchemaError(ValueError):
 
 
 class ShardWriter:
-    """Appends the rows of finished points to one shard file."""
+    """Appends the rows of finished points to one shard file, holding a lock on it while open."""
 
     def __init__(self, path: Path):
+        import fcntl
+
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if not self.path.exists() or self.path.stat().st_size == 0:
@@ -41,6 +50,14 @@ class ShardWriter:
                 csv.writer(f).writerow(SCHEMA)
         else:
             _check_header(self.path)
+        self._lock = open(_lock_path(self.path), "w")
+        fcntl.flock(self._lock, fcntl.LOCK_EX)      # released when the process ends, however it ends
+
+    def close(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+            _lock_path(self.path).unlink(missing_ok=True)
 
     def write_point(self, rows: Iterable[dict]) -> None:
         if not self.path.exists():      # folded into results.csv by a merge meanwhile
@@ -58,6 +75,27 @@ class ShardWriter:
             os.fsync(f.fileno())
 
 
+def _lock_path(shard: Path) -> Path:
+    return shard.with_name(shard.name + ".lock")
+
+
+def orphan_shards(exp_dir: Path) -> list[Path]:
+    """Shards that no running job holds (their job was killed): safe to fold."""
+    import fcntl
+
+    out = []
+    for p in shard_files(exp_dir):
+        lock = _lock_path(p)
+        with open(lock, "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue                       # a live job writes it
+            out.append(p)
+            fcntl.flock(f, fcntl.LOCK_UN)
+    return out
+
+
 def _cell(v):
     if v is None:
         return ""
@@ -67,20 +105,53 @@ def _cell(v):
 
 
 def _check_header(path: Path) -> None:
-    with open(path, newline="") as f:
-        header = next(csv.reader(f), [])
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            header = next(csv.reader(f), [])
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise SchemaError(f"{path}: line 1: not a results CSV ({type(e).__name__})") from None
+    if not header:
+        raise SchemaError(f"{path}: empty file (no header line); expected the results schema header")
     if header != SCHEMA:
         missing = [c for c in SCHEMA if c not in header]
         extra = [c for c in header if c not in SCHEMA]
-        raise SchemaError(f"{path}: columns do not match the results schema (missing {missing}, unexpected {extra})")
+        if not missing and not extra:
+            raise SchemaError(f"{path}: line 1: the columns are in the wrong order; expected: {','.join(SCHEMA)}")
+        raise SchemaError(f"{path}: line 1: columns do not match the results schema "
+                          f"(missing {missing}, unexpected {extra})")
 
 
 def read_csv(path: Path) -> pd.DataFrame:
-    """Read one shard or merged file; a torn last line (killed mid-write) is dropped."""
+    """Read one shard or merged file.
+
+    A torn last line (a job killed mid-write; the file does not end with a newline) is dropped.
+    Any other malformed line (wrong number of fields, an unknown status, no point_hash) raises
+    SchemaError naming the file and the line: a garbage line is never taken for a finished point.
+    """
     _check_header(path)
-    with open(path, newline="") as f:
-        rows = [r for r in csv.reader(f)]
-    body = [r for r in rows[1:] if len(r) == len(SCHEMA)]
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError:
+        raise SchemaError(f"{path}: not a UTF-8 text file") from None
+    torn = bool(text) and not text.endswith("\n")
+    rows = list(csv.reader(io.StringIO(text)))
+    body = []
+    for i, r in enumerate(rows[1:], start=2):
+        last = i == len(rows)
+        if not r:
+            continue
+        if len(r) != len(SCHEMA):
+            if last and torn:
+                continue
+            raise SchemaError(f"{path}: line {i}: {len(r)} fields, the schema has {len(SCHEMA)}")
+        rec = dict(zip(SCHEMA, r))
+        if rec["status"] not in STATUSES or not rec["point_hash"]:
+            if last and torn:
+                continue
+            raise SchemaError(f"{path}: line {i}: status {rec['status']!r} / point_hash {rec['point_hash']!r} "
+                              f"is not a valid row (status one of {', '.join(STATUSES)})")
+        body.append(r)
     df = pd.DataFrame(body, columns=SCHEMA)
     return _types(df)
 
@@ -111,14 +182,28 @@ def load_experiment(exp_dir: Path) -> pd.DataFrame:
 
 
 def _dedupe(df: pd.DataFrame) -> pd.DataFrame:
-    """Keep the newest row per (point_hash, metric)."""
-    df = df.sort_values("ts_utc", kind="stable")
-    return df.drop_duplicates(["point_hash", "metric"], keep="last").reset_index(drop=True)
+    """A point is its latest attempt: keep only the rows of the newest ts_utc per point_hash
+    (all rows of one attempt share one timestamp), then one row per metric."""
+    if df.empty:
+        return df.reset_index(drop=True)
+    ts = pd.to_datetime(df["ts_utc"], utc=True, errors="coerce", format="mixed")
+    df = df.assign(_ts=ts).sort_values("_ts", kind="stable", na_position="first")
+    latest = df.groupby("point_hash")["_ts"].transform("max")
+    df = df[(df["_ts"] == latest) | latest.isna()]
+    df = df.drop_duplicates(["point_hash", "metric"], keep="last").drop(columns="_ts")
+    return df.reset_index(drop=True)
+
+
+def done_points(exp_dir: Path) -> dict[str, str]:
+    """point_hash -> status of its latest attempt, for the points whose latest attempt is final."""
+    df = load_experiment(exp_dir)
+    d = df.drop_duplicates("point_hash")
+    d = d[d["status"].isin(FINAL)]
+    return dict(zip(d["point_hash"], d["status"]))
 
 
 def done_hashes(exp_dir: Path) -> set[str]:
-    df = load_experiment(exp_dir)
-    return set(df.loc[df["status"].isin(FINAL), "point_hash"])
+    return set(done_points(exp_dir))
 
 
 def merge(exp_dir: Path, only: list[Path] | None = None) -> Path:
@@ -149,18 +234,42 @@ def merge(exp_dir: Path, only: list[Path] | None = None) -> Path:
         os.replace(tmp, out)
         for p in shards:
             p.unlink()
+            _lock_path(p).unlink(missing_ok=True)
     return out
 
 
-def load_results(results_dir: Path, gpu: str | None = None, experiment: str | None = None) -> pd.DataFrame:
-    """Every row under results/<gpu>/<experiment>/ (the paper's reference data excluded)."""
+def load_experiment_lenient(exp_dir: Path, warn=None) -> pd.DataFrame:
+    """Like load_experiment, but a file that is not a valid results CSV is skipped with a one-line
+    warning naming it (a broken CPU shard must not take the committed GPU results down with it)."""
+    import sys
+
+    exp_dir = Path(exp_dir)
+    warn = warn or (lambda m: print(m, file=sys.stderr))
+    parts = []
+    files = shard_files(exp_dir) + ([exp_dir / "results.csv"] if (exp_dir / "results.csv").exists() else [])
+    for p in files:
+        try:
+            parts.append(read_csv(p))
+        except SchemaError as e:
+            warn(f"warning: skipped {e}")
+    if not parts:
+        return _types(pd.DataFrame(columns=SCHEMA))
+    return _dedupe(pd.concat(parts, ignore_index=True))
+
+
+def load_results(results_dir: Path, gpu: str | None = None, experiment: str | None = None,
+                 strict: bool = False) -> pd.DataFrame:
+    """Every row under results/<gpu>/<experiment>/ (the paper's reference data excluded).
+    strict=False skips (with a warning) files that are not valid results CSVs."""
     root = Path(results_dir)
     frames = []
     for exp_dir in sorted(p for p in root.glob("*/*") if p.is_dir()):
         g, e = exp_dir.parent.name, exp_dir.name
-        if g in ("paper", "figures") or (gpu and g != gpu) or (experiment and e != experiment):
+        if g in ("paper", "figures", "checks") or (gpu and g != gpu) or (experiment and e != experiment):
             continue
-        df = load_experiment(exp_dir)
+        if not (exp_dir / "results.csv").exists() and not shard_files(exp_dir):
+            continue
+        df = load_experiment(exp_dir) if strict else load_experiment_lenient(exp_dir)
         if len(df):
             df.insert(0, "gpu", g)
             frames.append(df)

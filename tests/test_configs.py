@@ -56,7 +56,8 @@ def test_every_model_x_precision_plans(precision):
     """The matmul sweep plans for every model card with this precision, with every layer's shape."""
     for model in MODELS:
         cfg = _compose("experiment=gemm_shapes", f"model={model}", f"precision={precision}",
-                       "kernel=triton" if precision not in ("f16", "bf16") else "kernel=cublas", "run.device=cpu")
+                       "run.device=cpu")
+        cfg.experiment.kernels = ["triton" if precision not in ("f16", "bf16") else "cublas"]
         cfg.experiment.cpu = {"max_K": 10**9, "max_N": 10**9, "max_M": 10**9}   # plan the real shapes
         card = ModelCard.from_cfg(cfg.model)
         g = cfg.precision.group_size
@@ -85,10 +86,16 @@ def test_precision_semantics():
 
 
 @pytest.mark.parametrize("overrides,needle", [
-    (["precision=u4", "precision.bits=9"], "bits=9 is outside 1..8"),
-    (["precision=f6e3m2", "precision.man_bits=3"], "1 + exp_bits + man_bits == bits"),
+    (["precision=u4", "precision.bits=9"], "the name 'u4' means kind=uint bits=4"),
+    (["precision=f6e3m2", "precision.man_bits=3"], "the name 'f6e3m2' means kind=float bits=6 exp_bits=3 man_bits=2"),
     (["precision=u4", "precision.group_size=100"], "group_size=100 does not divide K=8192"),
-    (["experiment.M=[0,16]"], "M=0 must be > 0"),
+    (["experiment.M=[0,16]"], "experiment.M: 0 must be >= 1"),
+    (["experiment.M=abc"], "experiment.M: 'abc' is not an integer"),
+    (["experiment.M=[1.5]"], "experiment.M: 1.5 is not an integer"),
+    (["timing.samples=0"], "timing.samples=0 must be >= 1"),
+    (["run.resume=maybe"], "run.resume='maybe' is not a boolean"),
+    (["run.seed=abc"], "run.seed='abc' is not an integer"),
+    (["kernel=tilus"], "kernel=tilus is not among experiment gemm_shapes's kernels"),
     (["precision=u4", "precision.act_dtype=f32"], "act_dtype='f32'"),
     (["experiment.kernels=[cublas,nope]"], "unknown kernel 'nope'"),
 ])
@@ -103,15 +110,46 @@ def test_bad_values_fail_while_planning(overrides, needle):
     (["experiment=gemm_shapes", "model=llama3_70b,nosuchmodel", "-m"], "unknown model 'nosuchmodel'; valid model choices: gemma2_9b"),
     (["experiment=gemm_shapes", "precision=u9"], "unknown precision 'u9'; valid precision choices: bf16"),
     (["experiment=gemm_shapes", "precision=u4", "precision.group_size=100"], "does not divide K"),
+    (["experiment=gemm_shapes", "timing.sampels=3", "-m"], "Could not override 'timing.sampels'"),
+    (["experiment=gemm_shapes", "timing.sampels=3"], "Could not override 'timing.sampels'"),
+    (["experiment=gemm_shapes", "hydra/launcher=nosuch", "-m"], "Could not find 'hydra/launcher/nosuch'"),
+    (["experiment=gemm_shapes", "timing.samples=-1", "-m"], "timing.samples=-1 must be >= 1"),
 ])
 def test_cli_rejects_bad_input_with_valid_choices(args, needle, tmp_path):
     flags = [a for a in args if a.startswith("-")]
     args = [a for a in args if not a.startswith("-")] + [f"run.results_dir={tmp_path}", "run.device=cpu"] + flags
     r = subprocess.run([sys.executable, "-m", "harness", *args],
                        capture_output=True, text=True, timeout=120)
-    assert r.returncode != 0
+    assert r.returncode == 2
     assert needle in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr          # one line, no traceback
     assert not any(tmp_path.iterdir()), "nothing may be measured or written for a bad config"
+
+
+def test_a_results_dir_that_cannot_be_written_stops_before_any_work(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    for bad, needle in ((tmp_path / "afile", "is a file, not a folder"), ("/proc/nope", "cannot write to /proc/nope")):
+        r = subprocess.run([sys.executable, "-m", "harness", "experiment=smoke", f"run.results_dir={bad}",
+                            "run.device=cpu"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("card,needle", [
+    (dict(name="f2e1m0", kind="float", bits=2, exp_bits=1, man_bits=0), "3 <= bits <= 8"),
+    (dict(name="u4", kind="uint", bits=3, exp_bits=0, man_bits=0), "the name 'u4' means kind=uint bits=4"),
+    (dict(name="f6e3m2", kind="float", bits=6, exp_bits=2, man_bits=3), "means kind=float bits=6 exp_bits=3 man_bits=2"),
+    (dict(name="i4", kind="uint", bits=4, exp_bits=0, man_bits=0), "means kind=int"),
+    (dict(name="f16", kind="dense", bits=8, exp_bits=0, man_bits=0), "dense weights are named"),
+])
+def test_a_precision_card_must_agree_with_its_name(card, needle):
+    with pytest.raises(ConfigError, match=None) as e:
+        Precision.from_cfg(dict(card, act_dtype="f16", group_size=-1))
+    assert needle in str(e.value)
+
+
+def test_every_precision_card_agrees_with_its_name():
+    for p in PRECISIONS:
+        Precision.from_cfg(_compose(f"precision={p}").precision)     # raises on a disagreement
 
 
 def test_help_lists_groups_and_choices():
@@ -120,6 +158,8 @@ def test_help_lists_groups_and_choices():
     for group in ("experiment:", "model:", "precision:", "gpu:", "kernel:"):
         assert group in r.stdout
     assert "llama3_70b" in r.stdout and "f6e3m2" in r.stdout
+    assert "tilus_fig10" in r.stdout and "Kernel speedup over cuBLAS" in r.stdout     # what each experiment does
+    assert r.stdout.count("python -m harness experiment=") >= 2                        # examples
 
 
 def test_multirun_fails_before_any_job_when_a_later_job_is_bad(tmp_path):

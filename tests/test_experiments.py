@@ -63,3 +63,9 @@ def test_multirun_on_cpu_interprets_kernels_imported_while_planning(tmp_path):
     df = load_experiment(tmp_path / "cpu" / "proton_fig15")
     plain = df[(df["workload"] == "fused_softmax") & (df["profiler"] == "none")].drop_duplicates("point_hash")
     assert list(plain["status"]) == ["ok"], plain[["status", "error"]].to_string()
+    # Proton's points are `unavailable` on the CPU: final, so a rerun measures nothing and says why
+    assert "unavailable" in set(df["status"])
+    r2 = subprocess.run([sys.executable, "-m", "harness", "experiment=proton_fig15", f"run.results_dir={tmp_path}",
+                         "run.device=cpu", "run.progress=false", "experiment.params.suite=[fused_softmax]", "-m"],
+                        capture_output=True, text=True, timeout=600, env=env)
+    assert r2.returncode == 0 and " 0 to run" in r2.stdout and "unavailable)" in r2.stdout, r2.stdout

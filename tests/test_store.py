@@ -1,5 +1,6 @@
 """Resume skips exactly the finished points; a killed run loses nothing; merge rejects bad shards."""
 import csv
+import re
 import os
 import signal
 import subprocess
@@ -42,7 +43,7 @@ def test_resume_skips_exactly_the_finished_points(tmp_path):
     kept.to_csv(merged, index=False, columns=SCHEMA)
     r2 = subprocess.run(_harness(*args, results=tmp_path), capture_output=True, text=True, timeout=300)
     assert r2.returncode == 0, r2.stderr
-    ran = sum(int(line.split(" already done, ")[1].split()[0]) for line in r2.stdout.splitlines()
+    ran = sum(int(re.search(r"(\d+) to run", line).group(1)) for line in r2.stdout.splitlines()
               if "already done" in line)
     assert ran == 2
     df2 = load_experiment(tmp_path / "cpu" / "gemm_shapes")
@@ -74,6 +75,9 @@ def test_killed_run_loses_no_finished_point(tmp_path):
     after = load_experiment(exp_dir)
     assert finished <= set(after["point_hash"])
     assert after["point_hash"].nunique() == 28 * 12
+    merged_alone = read_csv(exp_dir / "results.csv")              # complete on its own: the killed shard was folded
+    assert merged_alone["point_hash"].nunique() == 28 * 12
+    assert not list((exp_dir / "shards").glob("*.csv"))
     # the finished rows were kept, not measured again
     old = before.set_index(["point_hash", "metric"])["ts_utc"]
     new = after.set_index(["point_hash", "metric"])["ts_utc"]
@@ -132,3 +136,67 @@ def test_concurrent_jobs_write_their_own_shards_and_fold_them(tmp_path):
     assert df["point_hash"].nunique() == 3 * 12
     assert set(df["model"]) == {"llama3_70b", "gemma2_9b", "qwen2_5_32b"}
     assert not list((exp / "shards").glob("*.csv"))
+
+
+def test_a_later_attempt_replaces_every_row_of_the_earlier_one(tmp_path):
+    """ok rows (latency, tflops) then an error row of the same point: only the error remains, and the
+    point is not done (it is retried)."""
+    from harness.store import done_hashes
+    w = ShardWriter(tmp_path / "shards" / "a.csv")
+    w.write_point([_row(1), _row(1, metric="tflops")])
+    later = dict(_row(1, status="error", metric="latency_ms"), ts_utc="2026-01-01T00:00:01.500000+00:00")
+    w.write_point([later])
+    w.close()
+    df = load_experiment(tmp_path)
+    assert df[["metric", "status"]].values.tolist() == [["latency_ms", "error"]]
+    assert done_hashes(tmp_path) == set()
+    merge(tmp_path)
+    assert read_csv(tmp_path / "results.csv")["status"].tolist() == ["error"]
+
+
+def test_garbage_lines_are_named_not_taken_for_points(tmp_path):
+    w = ShardWriter(tmp_path / "shards" / "a.csv")
+    w.write_point([_row(1)])
+    with open(w.path, "a") as f:
+        f.write("a,b,c\n")                                   # a complete line with the wrong field count
+    with pytest.raises(SchemaError, match=r"a\.csv: line 3: 3 fields"):
+        read_csv(w.path)
+
+
+def test_changing_a_timing_setting_measures_again(tmp_path):
+    args = ("experiment=smoke", "kernel=cublas", "precision=f16")
+    r1 = subprocess.run(_harness(*args, results=tmp_path), capture_output=True, text=True, timeout=300)
+    assert r1.returncode == 0, r1.stderr
+    r2 = subprocess.run(_harness(*args, results=tmp_path), capture_output=True, text=True, timeout=300)
+    assert " 0 to run" in r2.stdout and "(4 ok)" in r2.stdout, r2.stdout
+    for setting in ("timing.samples=7", "timing.cpu_samples=2", "timing.flush_l2=false", "timing.host_ahead=false"):
+        r = subprocess.run(_harness(*args, setting, results=tmp_path), capture_output=True, text=True, timeout=300)
+        assert "0 already done, 4 to run" in r.stdout, (setting, r.stdout)
+    df = load_experiment(tmp_path / "cpu" / "smoke")
+    assert '"samples": 7' in " ".join(df["timing"])          # the row says how it was measured
+
+
+def test_a_killed_jobs_shard_is_folded_by_the_next_run(tmp_path):
+    """A shard nobody holds (its job died) is folded into results.csv by any later run, which says so."""
+    exp = tmp_path / "cpu" / "smoke"
+    args = ("experiment=smoke", "kernel=cublas", "precision=f16")
+    assert subprocess.run(_harness(*args, results=tmp_path), capture_output=True, timeout=300).returncode == 0
+    rows = read_csv(exp / "results.csv")
+    orphan = exp / "shards" / "killed.csv"
+    orphan.parent.mkdir(exist_ok=True)
+    rows.iloc[:1].assign(point_hash="from-a-killed-job").to_csv(orphan, index=False, columns=SCHEMA)
+    r = subprocess.run(_harness(*args, results=tmp_path), capture_output=True, text=True, timeout=300)
+    assert "folded 1 shard(s) left by an interrupted run" in r.stdout, r.stdout
+    assert "from-a-killed-job" in set(read_csv(exp / "results.csv")["point_hash"])
+    assert not list((exp / "shards").glob("*.csv"))
+
+
+def test_a_live_jobs_shard_is_not_an_orphan(tmp_path):
+    from harness.store import orphan_shards
+    w = ShardWriter(tmp_path / "shards" / "live.csv")
+    w.write_point([_row(1)])
+    code = ("import sys; sys.path.insert(0, %r); from harness.store import orphan_shards; "
+            "print(len(orphan_shards(%r)))" % (str(ROOT), str(tmp_path)))
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "0"
+    w.close()
+    assert orphan_shards(tmp_path) == [w.path]
