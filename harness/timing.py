@@ -1,4 +1,4 @@
-"""The one place that times device work (DESIGN.md, "Timing recipe").
+"""The one place that times device work (README.md, "Timing recipe").
 
 Correct before fast: `check_numerics` compares an output with a float64 reference
 before anything is timed. Then `Timer` warms up by time, flushes L2 between
@@ -161,7 +161,7 @@ class Timer:
 
 
 def measure_read_bandwidth(timer: Timer, gib: float = 4.0) -> float:
-    """HBM read bandwidth in TB/s: the time to sum `gib` GiB of f16 (DESIGN.md's probe)."""
+    """HBM read bandwidth in TB/s: the time to sum `gib` GiB of f16 (the probe behind the measured H200 facts in results/paper/design_h200.csv)."""
     n = int(gib * 2**30 // 2)
     x = torch.randn(n, dtype=torch.float16, device="cuda")
     t = timer(lambda: x.sum(dtype=torch.float32))

@@ -76,7 +76,7 @@ def test_every_model_x_precision_plans(precision):
 def test_precision_semantics():
     i4 = Precision.from_cfg(_compose("precision=i4").precision)
     assert (i4.kind, i4.bits, i4.group_size) == ("int", 4, 128)
-    # 4-bit codes + f16 group-128 scales at K=8192, N=57344: DESIGN.md's 242 MB floor
+    # 4-bit codes + f16 group-128 scales at K=8192, N=57344: the 242 MB floor of results/paper/design_h200.csv's shape
     assert i4.weight_bytes(8192, 57344) == 8192 * 57344 // 2 + 2 * 64 * 57344
     f6 = Precision.from_cfg(_compose("precision=f6e3m2").precision)
     assert (f6.exp_bits, f6.man_bits, f6.group_size) == (3, 2, -1)
