@@ -1,2 +1,3 @@
 """Registered benchmarks; importing this package registers them all."""
 from . import instrumentation, matmul  # noqa: F401
+from . import proton_cases  # noqa: F401,E402

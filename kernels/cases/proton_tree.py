@@ -73,7 +73,7 @@ def derived(m: dict) -> dict:
         d["tbyte/s"] = m.get("bytes", 0.0) / t / 1e3
         for k in ("flops8", "flops16"):
             if m.get(k):
-                d[f"t{k[:-1]}{k[5:]}/s"] = m[k] / t / 1e3           # tflop8/s, tflop16/s
+                d[f"tflop{k[5:]}/s"] = m[k] / t / 1e3                # tflop8/s, tflop16/s
     return d
 
 
