@@ -228,3 +228,50 @@ def test_fig10_bad_split_fails_before_running():
     from harness.specs import ConfigError
     with pytest.raises(ConfigError, match="EP must divide"):
         build_context(_compose("experiment=proton_fig10", "run.device=cpu", "experiment.params.splits=[[1,3]]"))
+
+
+# ---- figures ----------------------------------------------------------------------------------------------
+def test_figures_draw_rows_shaped_like_the_benchmarks(tmp_path):
+    """The plotting code on rows with the benchmarks' columns and metric names (values are arbitrary test
+    inputs, never written to results/), and the flattening diff read from two merged profiles."""
+    import pandas as pd
+
+    from harness.figures import FIGURES, TABLES, load_experiments
+    load_experiments()
+    rows = []
+
+    def row(exp, ph, params, metric, value, **kw):
+        rows.append(dict(experiment=exp, gpu="h200", device="cuda", status="ok", error="", point_hash=ph, layer="",
+                         impl=kw.pop("impl", "triton"), workload=kw.pop("workload", ""), params=json.dumps(params),
+                         K=kw.pop("K", None), weight_dtype=kw.pop("dtype", "fp8"), metric=metric, value=value))
+    for k in (512, 1024):
+        for fl in (False, True):
+            for v in ("naive", "persistent", "cublas"):
+                for m in ("tflops", "events_tflops", "proton_ms", "latency_ms", "rel_err", "profile_bytes"):
+                    row("proton_fig8", f"{k}{fl}{v}", {"flatten": fl}, m, 1.0 + k / 512, impl=v, K=k)
+    for pe in (4, 64, 1024):
+        for m in ("tflops", "matmul_tflops", "intensity", "tbs", "step_ms", "routed_rows", "rel_err"):
+            row("proton_fig9", f"pe{pe}", {"per_expert": pe, "tp": 1, "ep": 1}, m, float(pe), workload="moe_mlp")
+    for m in ("memset_tbs", "copy_tbs", "cublas_fp8_tflops"):
+        row("proton_fig9", "probe", {}, m, 100.0, impl="probe")
+    for tp, ep in ((1, 2), (2, 1)):
+        for m in ("tflops_imbalance", "flop_imbalance", "compute_time_imbalance", "rank0/time_ms", "rank1/time_ms"):
+            row("proton_fig10", f"{tp}{ep}", {"per_expert": 16, "tp": tp, "ep": ep}, m, 0.1 * ep, workload="moe_mlp")
+    df = pd.DataFrame(rows)
+    art = tmp_path / "h200" / "proton_fig8" / "artifacts"
+    art.mkdir(parents=True)
+    for name, t in (("matmul_fp8.hatchet", 2e6), ("matmul_fp8_flatten.hatchet", 1e6)):
+        (art / name).write_text(json.dumps(_profile([_node("matmul_persistent [M=8, N=8, K=512]",
+                                                           {"time (ns)": t, "count": 1, "flops8": 4e9})])))
+    for exp in ("proton_fig8", "proton_fig9", "proton_fig10"):
+        d = df[df["experiment"] == exp].copy()
+        d.attrs["results_dir"] = str(tmp_path)
+        figs = [f for f in FIGURES.values() if f.experiment == exp]
+        assert figs and all(f.fn(d) is not None for f in figs), exp
+        for title, (e, fn) in TABLES.items():
+            if e == exp:
+                assert not fn(d).empty, title
+    d = df[df["experiment"] == "proton_fig8"].copy()
+    d.attrs["results_dir"] = str(tmp_path)
+    t = next(fn for title, (e, fn) in TABLES.items() if e == "proton_fig8" and "diff" in title)(d)
+    assert t["flatten_minus_no_flatten"].tolist() == [pytest.approx(4.0 - 2.0)]

@@ -53,7 +53,7 @@ def fig9(df):
         x, inten = g["per_expert"].to_numpy(), g["intensity"].to_numpy()
         ax.plot(x, g["tflops"], "o-", label=f"MLP step, {dt} ({gpu})")
         if "matmul_tflops" in g:
-            ax.plot(x, g["matmul_tflops"], "s:", ms=3, alpha=0.7, label=f"grouped matmuls only, {dt}")
+            ax.plot(x, g["matmul_tflops"], "s:", ms=3, color="tab:green", alpha=0.8, label=f"grouped matmuls only, {dt}")
         if gpu in r.index:
             bw, peak = r.loc[gpu].get("memset_tbs"), r.loc[gpu].get(f"cublas_{dt}_tflops")
             if bw and peak:
