@@ -227,6 +227,7 @@ def run(variant: str, inputs: dict, flatten: bool = False, cfg: dict | None = No
 
 
 _SCALES: dict = {}
+_FP8_OUT: dict = {}
 
 
 def _unit_scale(device) -> torch.Tensor:
@@ -237,8 +238,26 @@ def _unit_scale(device) -> torch.Tensor:
     return _SCALES[key]
 
 
-def cublas_impl(dtype: str) -> str:
-    return "torch._scaled_mm (cuBLASLt), fp8 out" if dtype == "fp8" else "torch.matmul (cuBLAS)"
+def fp8_out_dtype(device) -> torch.dtype:
+    """fp8 output where this torch/cuBLAS gives it (as the artifact's cuBLAS call), else bf16; probed once
+    per device on a 16^3 problem, before any profiled call."""
+    key = str(device)
+    if key not in _FP8_OUT:
+        a = torch.ones((16, 16), device=device).to(torch.float8_e4m3fn)
+        try:
+            torch._scaled_mm(a, a.T, scale_a=_unit_scale(device), scale_b=_unit_scale(device),
+                             out_dtype=torch.float8_e4m3fn)
+            _FP8_OUT[key] = torch.float8_e4m3fn
+        except RuntimeError:
+            _FP8_OUT[key] = torch.bfloat16
+    return _FP8_OUT[key]
+
+
+def cublas_impl(dtype: str, device="cuda") -> str:
+    if dtype != "fp8":
+        return "torch.matmul (cuBLAS)"
+    out = "fp8" if fp8_out_dtype(device) == torch.float8_e4m3fn else "bf16"
+    return f"torch._scaled_mm (cuBLASLt), {out} out"
 
 
 def cublas(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -247,9 +266,11 @@ def cublas(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     import triton.profiler as proton
     M, K = a.shape
     N = b.shape[0]
-    flops, nbytes = flops_bytes(M, N, K, a.element_size(), a.element_size())
+    fp8 = a.dtype == torch.float8_e4m3fn
+    out = fp8_out_dtype(a.device) if fp8 else a.dtype
+    flops, nbytes = flops_bytes(M, N, K, a.element_size(), torch.empty((), dtype=out).element_size())
     with proton.scope(kernel_label("cublas", M, N, K), {f"flops{8 * a.element_size()}": flops, "bytes": nbytes}):
-        if a.dtype == torch.float8_e4m3fn:
+        if fp8:
             one = _unit_scale(a.device)
-            return torch._scaled_mm(a, b.T, scale_a=one, scale_b=one, out_dtype=a.dtype)
+            return torch._scaled_mm(a, b.T, scale_a=one, scale_b=one, out_dtype=out)
         return a @ b.T
