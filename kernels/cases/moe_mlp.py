@@ -245,7 +245,8 @@ def forward(inputs: dict, cfg: dict | None = None) -> torch.Tensor:
     r = route(ids, inputs["first_expert"], w1.shape[0], cfg["BLOCK_M"])
     T, k = ids.shape
     h = grouped_matmul(inputs["x"], w1, r, inputs["s1"], cfg, r.rows, inputs["x"].dtype, gather=True, swiglu=True)
-    y = torch.zeros((T * k, shape.hidden), dtype=OUT_DTYPES[inputs["dtype"]], device=h.device)
+    alloc = torch.empty if r.rows == T * k else torch.zeros      # slots routed to other ranks stay zero
+    y = alloc((T * k, shape.hidden), dtype=OUT_DTYPES[inputs["dtype"]], device=h.device)
     grouped_matmul(h, w2, r, inputs["s2"], cfg, T * k, y.dtype, scatter=True, gate=gates.reshape(-1), out=y)
     return y.view(T, k, shape.hidden).sum(1)
 
