@@ -22,6 +22,10 @@ def compile_for(fn, args: dict, constexprs: dict, options: dict, cc: int):
     if missing:
         raise ValueError(f"{fn.__name__}: no value for {missing}")
     sig, attrs = {}, {}
+    constexprs = dict(constexprs)
+    for n in names:                  # as a launch does: an int argument equal to 1 becomes a constant
+        if n not in constexprs and isinstance(args.get(n), int) and not isinstance(args[n], bool) and args[n] == 1:
+            constexprs[n] = 1
     for i, n in enumerate(names):
         if n in constexprs:
             sig[n] = "constexpr"
