@@ -152,6 +152,7 @@ class GpuSpec:
     sm_count: int | None = None
     memory_gb: float | None = None
     l2_mb: float | None = None
+    arch: str | None = None          # compute capability, e.g. sm_90 (H100/H200/GH200), sm_100 (B200)
 
     @staticmethod
     def from_cfg(cfg: DictConfig | dict) -> "GpuSpec":
