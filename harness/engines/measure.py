@@ -41,6 +41,9 @@ PRELOAD = ["torch", "transformers", "peft", "harness.engines.model", "harness.en
            "transformers.models.llama.modeling_llama", "transformers.models.mistral.modeling_mistral",
            "transformers.models.gemma3.modeling_gemma3", "transformers.models.qwen3_moe.modeling_qwen3_moe",
            "transformers.models.gpt_oss.modeling_gpt_oss", "transformers.models.phi3.modeling_phi3"]
+# also preloaded unless that leaves CUDA unusable in a child (liger-kernel asks torch.cuda.is_available()
+# at import, which goes through NVML in the server; the probe below checks it)
+PRELOAD_EXTRA = ["triton", "liger_kernel.transformers.monkey_patch"]
 
 
 def _sync(device: str) -> None:
@@ -172,24 +175,32 @@ def measure_safely(spec: dict) -> dict:
 
 class ForkServer:
     """A process that has imported `PRELOAD` (never CUDA, never a profiler) and forks one child per
-    measurement: `python -m harness.engines.measure --serve`, one JSON spec per line on its stdin,
-    one `RESULT_MARK` + JSON result line per spec on its stdout. The child's own output goes to
-    stderr; its result comes back through a pipe; a child past its timeout is killed."""
+    measurement: `python -m harness.engines.measure --serve`, one JSON request per line on its stdin,
+    one `RESULT_MARK` + JSON result line per request on its stdout. The child's own output goes to
+    stderr; its result comes back through a pipe; a child past its timeout is killed.
+
+    CUDA must not be initialised in the server (a child of a process that called cuInit cannot use
+    the GPU): the server runs with PYTORCH_NVML_BASED_CUDA_CHECK=1 (torch.cuda.is_available() through
+    NVML), and before the first GPU measurement a probe child touches the GPU; if that fails,
+    `usable()` says why and the caller starts plain processes instead."""
 
     def __init__(self):
         self.proc: subprocess.Popen | None = None
+        self.probed: str | None = None         # "" = the GPU works in a child; else why not
+        self.preload = "full"                  # full = PRELOAD + PRELOAD_EXTRA; base = PRELOAD
 
     def _start(self) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        env = {**os.environ, "PYTORCH_NVML_BASED_CUDA_CHECK": "1", "HARNESS_MEASURE_PRELOAD": self.preload,
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         self.proc = subprocess.Popen([sys.executable, "-m", "harness.engines.measure", "--serve"], cwd=ROOT, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         atexit.register(self.close)
 
-    def run(self, spec: dict, timeout_s: float) -> dict:
+    def _ask(self, req: dict) -> dict:
         if self.proc is None or self.proc.poll() is not None:
             self._start()
         assert self.proc and self.proc.stdin and self.proc.stdout
-        self.proc.stdin.write(json.dumps({"spec": spec, "timeout_s": timeout_s}) + "\n")
+        self.proc.stdin.write(json.dumps(req) + "\n")
         self.proc.stdin.flush()
         for line in self.proc.stdout:
             if line.startswith(RESULT_MARK):
@@ -197,6 +208,26 @@ class ForkServer:
         code = self.proc.wait()
         self.proc = None
         return {"status": "error", "phase": "unknown", "error": f"the measurement fork server exited (code {code})"}
+
+    def usable(self, device: str) -> str:
+        """"" when a forked child can run on `device`, else the reason it cannot."""
+        if self.proc is None and self.probed is None:
+            self.preload = "full" if device == "cuda" else "base"    # liger-kernel only runs on a GPU
+        if device != "cuda":
+            return ""
+        if self.probed is None:
+            res = self._ask({"probe": "cuda", "timeout_s": 120})
+            if res.get("status") != "ok" and self.preload == "full":    # try again without the extras
+                self.close()
+                self.preload = "base"
+                res = self._ask({"probe": "cuda", "timeout_s": 120})
+            self.probed = "" if res.get("status") == "ok" else f"fork server probe: {res.get('error')}"
+            if self.probed:
+                print(f"warning: {self.probed}; measuring in plain subprocesses instead", file=sys.stderr)
+        return self.probed
+
+    def run(self, spec: dict, timeout_s: float) -> dict:
+        return self._ask({"spec": spec, "timeout_s": timeout_s})
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -208,15 +239,23 @@ class ForkServer:
         self.proc = None
 
 
+def _probe_cuda() -> dict:
+    import torch
+    x = torch.arange(4.0, device="cuda")
+    torch.cuda.synchronize()
+    return {"status": "ok" if float(x.sum()) == 6.0 else "error", "error": "", "phase": "probe"}
+
+
 def serve() -> int:
     """The fork server's loop (see ForkServer)."""
     import importlib
     import select
     import signal
-    for m in PRELOAD:
+    extra = PRELOAD_EXTRA if os.environ.get("HARNESS_MEASURE_PRELOAD", "full") == "full" else []
+    for m in PRELOAD + extra:
         try:
             importlib.import_module(m)
-        except ImportError:
+        except Exception:  # noqa: BLE001 - a module that does not import here is imported (or fails) in the child
             pass
     out = sys.stdout
     for line in sys.stdin:
@@ -226,7 +265,11 @@ def serve() -> int:
         if pid == 0:                                   # the child: measure, send the result, leave
             os.close(r)
             os.dup2(2, 1)                              # library prints go to stderr, never to the protocol
-            res = _jsonable(measure_safely(req["spec"]))
+            try:
+                res = _probe_cuda() if "probe" in req else measure_safely(req["spec"])
+            except BaseException as e:  # noqa: BLE001
+                res = {"status": "error", "error": " ".join(f"{type(e).__name__}: {e}".split())[:300], "phase": "probe"}
+            res = _jsonable(res)
             with os.fdopen(w, "w") as f:
                 f.write(json.dumps(res))
             sys.stderr.flush()
@@ -280,15 +323,17 @@ def _run_subprocess(spec: dict, timeout_s: float, prefix: list[str] | None = Non
 def run_isolated(spec: dict, launcher: str = "forkserver", timeout_s: float = 600,
                  prefix: list[str] | None = None) -> dict:
     """`measure(spec)` in a fresh process; the result dict (status ok or the failure), plus
-    `process_s`, the wall time of the whole process as the caller saw it."""
-    t = time.perf_counter()
-    if launcher == "forkserver" and not prefix:
-        res = _SERVER.run(spec, timeout_s)
-    elif launcher in ("forkserver", "subprocess"):
-        res = _run_subprocess(spec, timeout_s, prefix)
-    else:
+    `process_s` (the whole process's wall time as the caller saw it) and `launcher` (what ran it)."""
+    if launcher not in ("forkserver", "subprocess"):
         raise ValueError(f"launcher {launcher!r}; valid: forkserver, subprocess")
+    t = time.perf_counter()
+    note = _SERVER.usable(spec["device"]) if launcher == "forkserver" and not prefix else ""
+    fork = launcher == "forkserver" and not prefix and not note
+    res = _SERVER.run(spec, timeout_s) if fork else _run_subprocess(spec, timeout_s, prefix)
     res["process_s"] = time.perf_counter() - t
+    res["launcher"] = "forkserver" if fork else "subprocess"
+    if note:
+        res["launcher_note"] = note
     return res
 
 
