@@ -274,6 +274,8 @@ class LlmProfile:
             out[name] = self._metrics(p, res, base, s, ctx)
             self._keep(name, res, s, ctx, tag)
         shutil.rmtree(tmp, ignore_errors=True)
+        if tmp.parent.is_dir() and not any(tmp.parent.iterdir()):
+            tmp.parent.rmdir()
         return out
 
     def _spec(self, p: Point, prof: dict, s: dict, ctx: Context, units, tmp: Path) -> dict:

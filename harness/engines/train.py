@@ -50,11 +50,13 @@ def apply_liger(model: torch.nn.Module) -> list[str]:
     if fn is None:
         raise RuntimeError(f"liger-kernel has no patch for model type {mtype!r}")
     import inspect
-    accepted = set(inspect.signature(fn).parameters)
+    sig = inspect.signature(fn).parameters
     moe = bool(getattr(model.config, "num_experts", 0) or getattr(model.config, "num_local_experts", 0))
-    ops = {op: (op != "swiglu" or not moe) for op in LIGER_OPS if op in accepted}
+    ops = {op: (op != "swiglu" or not moe) for op in LIGER_OPS if op in sig}
     fn(model=model, **ops)
-    return sorted(op for op, on in ops.items() if on)
+    # what ran: our choices plus the function's own defaults for ops we did not name (e.g. Gemma's geglu)
+    on = {k: p.default for k, p in sig.items() if isinstance(p.default, bool)} | ops
+    return sorted(k for k, v in on.items() if v)
 
 
 def _lora(model: torch.nn.Module, r: int, alpha: int):
