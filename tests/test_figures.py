@@ -1,75 +1,158 @@
-"""Figure and report code on a small fixture of tidy rows (written to a temp dir, not results/)."""
+"""Figures and reports on fixture rows written through the store (temp dirs, never results/)."""
+import json
+import shutil
+from pathlib import Path
+
 import pandas as pd
+import pytest
 
-from harness.report import build
-from harness.store import SCHEMA, ShardWriter, merge
+from fixture_rows import matmul, row, write
+from harness import figures as F
+from harness.report import build, build_cpu, build_main
+from harness.store import SCHEMA
+
+ROOT = Path(__file__).resolve().parent.parent
+PAPER = ROOT / "results" / "paper"
 
 
-def _fixture(tmp_path):
+def _gemm(tmp_path, device="cuda", gpu="h200"):
     rows = []
     for dt in ("f16", "bf16"):
         for M in (1, 16, 2048):
             for layer, K, N in (("qkv", 8192, 10240), ("gate_up", 8192, 57344)):
-                sec = max(2 * K * N / 4.0e12, 2 * M * K * N / 700e12)
-                base = dict(experiment="gemm_shapes", figure="gemm_shapes", model="llama3_70b", layer=layer, M=M,
-                            K=K, N=N, weight_dtype=dt, act_dtype=dt, group_size=-1, impl="cublas",
-                            profiler="none", status="ok", device="cuda", gpu_name="fixture", git_sha="x",
-                            point_hash=f"{dt}{M}{layer}", ts_utc="2026-01-01T00:00:00")
-                rows.append([{**base, "metric": "latency_ms", "value": sec * 1e3, "unit": "ms"},
-                             {**base, "metric": "tflops", "value": 2 * M * K * N / sec / 1e12, "unit": "TFLOP/s"},
-                             {**base, "metric": "bandwidth_tbs", "value": 2 * K * N / sec / 1e12, "unit": "TB/s"}])
-    w = ShardWriter(tmp_path / "h200" / "gemm_shapes" / "shards" / "fx.csv")
-    for r in rows:
-        w.write_point(r)
-    probe = dict(experiment="gemm_shapes", model="llama3_70b", layer="probe", impl="probe", metric="hbm_read_bw",
-                 value=4.1, unit="TB/s", status="ok", device="cuda", point_hash="probe", ts_utc="2026-01-01")
-    w.write_point([probe])
-    merge(tmp_path / "h200" / "gemm_shapes")
+                for model in ("llama3_70b", "llama3_3_70b"):       # two cards with the same shapes
+                    sec = max(2 * K * N / 4.0e12, 2 * M * K * N / 700e12)
+                    axes = dict(model=model, layer=layer, M=M, K=K, N=N, weight_dtype=dt, act_dtype=dt,
+                                group_size=-1, impl="cublas", device=device, gpu_name="fixture")
+                    rows += [row("gemm_shapes", "latency_ms", sec * 1e3, unit="ms", **axes),
+                             row("gemm_shapes", "tflops", 2 * M * K * N / sec / 1e12, **axes),
+                             row("gemm_shapes", "bandwidth_tbs", 2 * K * N / sec / 1e12, **axes)]
+    rows.append(row("gemm_shapes", "hbm_read_bw", 4.1, layer="probe", impl="probe", device=device))
+    write(tmp_path, "gemm_shapes", rows, gpu=gpu)
 
 
-def test_report_draws_gpu_figures_and_tables(tmp_path):
-    _fixture(tmp_path)
-    (tmp_path / "paper").mkdir()
-    out = build(tmp_path, tmp_path / "REPORT.md")
-    text = out.read_text()
+def _paper(tmp_path):
+    shutil.copytree(PAPER, tmp_path / "paper")
+
+
+def test_report_draws_gpu_figures_tables_and_claims(tmp_path):
+    _gemm(tmp_path)
+    _paper(tmp_path)
+    text = build(tmp_path, tmp_path / "REPORT.md").read_text()
     for name in ("gemm_shapes_roofline", "gemm_shapes_bandwidth"):
         assert (tmp_path / "figures" / f"{name}.png").stat().st_size > 10_000
         assert (tmp_path / "figures" / f"{name}.pdf").exists()
         assert f"figures/{name}.png" in text
     assert "## gemm_shapes" in text and "| h200 | cuda | fixture |" in text
-    assert "Paper vs. this reproduction" in text
+    # the report opens with the verdicts and the environment, then the experiments
+    assert text.index("## Verdicts") < text.index("## Environment") < text.index("## Experiments") < text.index("## gemm_shapes")
+    assert (tmp_path / "claims.csv").exists()
+    # our earlier H200 timings are labelled as such, one row per model card (never averaged)
+    earlier = text.split("### Our earlier H200 cuBLAS timings")[1].split("\n### ")[0]
+    assert "llama3_70b (gate_up)" in earlier and "llama3_3_70b (gate_up)" in earlier
+    assert "Paper vs. this reproduction" not in text
 
 
-def test_cpu_rows_are_never_drawn_as_performance(tmp_path):
-    _fixture(tmp_path)
-    df = pd.read_csv(tmp_path / "h200" / "gemm_shapes" / "results.csv")
-    df["device"] = "cpu-interpreter"
-    (tmp_path / "cpu" / "gemm_shapes").mkdir(parents=True)
-    df.to_csv(tmp_path / "cpu" / "gemm_shapes" / "results.csv", index=False, columns=SCHEMA)
-    (tmp_path / "h200" / "gemm_shapes" / "results.csv").unlink()
+def test_cpu_rows_go_to_their_own_report_never_the_committed_one(tmp_path):
+    _gemm(tmp_path)
+    _gemm(tmp_path, device="cpu-interpreter", gpu="cpu")
+    smoke = []
+    for impl in ("cublas", "triton"):
+        smoke += matmul("smoke", impl, "f16" if impl == "cublas" else "u4", 1, 256, 128, 0.5, rel_err=1e-4,
+                        device="cpu-interpreter")
+    write(tmp_path, "smoke", [{**r, "device": "cpu-interpreter"} for r in smoke], gpu="cpu")
+    main = build(tmp_path, tmp_path / "REPORT.md").read_text()
+    assert "cpu-interpreter" not in main and "smoke_numerics" not in main
+    assert not (tmp_path / "figures" / "smoke_numerics.png").exists()
+    cpu = (tmp_path / "cpu" / "REPORT.md").read_text()
+    assert "figures/smoke_numerics.png" in cpu and (tmp_path / "cpu" / "figures" / "smoke_numerics.png").exists()
+    assert "gemm_shapes_roofline" not in cpu            # performance is never drawn from CPU rows
+
+
+def test_only_cpu_rows_mean_no_gpu_results(tmp_path):
+    _gemm(tmp_path, device="cpu-interpreter", gpu="cpu")
     text = build(tmp_path, tmp_path / "REPORT.md").read_text()
     assert "gemm_shapes_roofline" not in text
-    assert "No GPU results are committed for this experiment yet" in text
+    assert "No GPU results are committed for this experiment yet" in text.split("## gemm_shapes")[1]
+
+
+def test_a_broken_cpu_shard_is_skipped_with_a_warning(tmp_path, capsys):
+    _gemm(tmp_path)
+    bad = tmp_path / "cpu" / "smoke" / "shards" / "torn.csv"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("experiment,metric\n\x00\x01garbage\n")
+    text = build(tmp_path, tmp_path / "REPORT.md").read_text()
+    assert "gemm_shapes_roofline" in text and "torn.csv" not in text      # the GPU report is untouched
+    err = capsys.readouterr().err
+    assert "warning: skipping" in err and "torn.csv" in err and "columns do not match" in err
+    assert "torn.csv" in (tmp_path / "cpu" / "REPORT.md").read_text()
+
+
+def test_a_failing_figure_is_named_in_the_report(tmp_path, monkeypatch):
+    _gemm(tmp_path)
+
+    def broken(df):
+        raise ValueError("no such column")
+    monkeypatch.setitem(F.FIGURES, "gemm_shapes_broken", F.FigureDef("gemm_shapes_broken", "gemm_shapes", broken))
+    out, failures = build_main(tmp_path)
+    text = out.read_text()
+    assert "figure gemm_shapes_broken failed: ValueError: no such column" in text
+    assert "figures/gemm_shapes_roofline.png" in text          # the rest of the report is there
+    assert len(failures) == 1
+
+
+def _tilus(tmp_path):
+    rows = [row("tilus_fig10", "hbm_read_bw", 4.2, layer="probe", impl="probe")]
+    for K, N in ((8192, 8192), (8192, 57344)):
+        for M in (1, 16):
+            rows += matmul("tilus_fig10", "cublas", "f16", M, K, N, 0.20, host_ms=0.01)
+            for wdt, t in (("u4", 0.10), ("f6e3m2", 0.16)):
+                rows += matmul("tilus_fig10", "tilus", wdt, M, K, N, t, roofline_frac=0.5, floor_ms=0.05)
+                rows += matmul("tilus_fig10", "triton", wdt, M, K, N, t * 0.9, roofline_frac=0.55,
+                               host_ms=0.2 if N == 8192 else 0.01)
+                rows += matmul("tilus_fig10", "triton_plain", wdt, M, K, N, t * 1.7)
+    write(tmp_path, "tilus_fig10", rows)
+    rows = []
+    for M in (1, 4, 2048, 4096):
+        rows += matmul("tilus_fig14", "cublas", "f16", M, 8192, 57344, 0.2 * max(1, M / 16))
+        rows += matmul("tilus_fig14", "triton", "u4", M, 8192, 57344, 0.1 * max(1, M / 16))
+    write(tmp_path, "tilus_fig14", rows)
+
+
+def test_the_report_is_deterministic(tmp_path):
+    """Same CSVs, same bytes: REPORT.md, claims.csv and every PNG/PDF, built twice."""
+    _gemm(tmp_path)
+    _tilus(tmp_path)
+    _paper(tmp_path)
+    first = {}
+    for i in range(2):
+        build(tmp_path, tmp_path / "REPORT.md")
+        files = sorted((tmp_path / "figures").iterdir()) + [tmp_path / "REPORT.md", tmp_path / "claims.csv"]
+        snap = {p.name: p.read_bytes() for p in files}
+        if i == 0:
+            first = snap
+    assert snap == first and {"tilus_fig10.png", "tilus_fig10.pdf", "tilus_fig14.png"} <= set(snap)
+    assert b"CreationDate" not in snap["tilus_fig10.pdf"] and b"Matplotlib" not in snap["tilus_fig10.png"]
+    text = snap["REPORT.md"].decode()
+    # the Tilus rows flow into the claims: our Tilus kernel against its plain Triton baseline
+    v = pd.read_csv(tmp_path / "claims.csv", keep_default_na=False).set_index("claim_id")
+    assert v.loc["tilus_vs_triton", "verdict"] == "holds" and v.loc["tilus_vs_triton", "measured_value"] == "1.7"
+    assert "Triton (Tilus' baseline design)" in text and "our kernel in Tilus 0.2.0" in text
 
 
 def test_proton_fig15_overhead_and_timeline_from_a_decoded_buffer(tmp_path):
     """Overhead bars from tidy rows, and the warp timeline from a trace our native decoder wrote."""
     from native import decode
 
-    exp = tmp_path / "h200" / "proton_fig15"
-    w = ShardWriter(exp / "shards" / "fx.csv")
+    rows = []
     for kernel, plain, inst in (("layer_norm", 0.100, 0.117), ("matmul", 1.50, 1.52), ("native_matmul", 2.0, 2.02)):
-        for prof, ms, params in (("none", plain, ""), ("proton" if "native" not in kernel else "native", inst,
-                                                          "" if "native" not in kernel else '{"buffer_records": 8}')):
-            native = kernel.startswith("native_")
+        native = kernel.startswith("native_")
+        for prof, ms in (("none", plain), ("native" if native else "proton", inst)):
             prm = dict(size="llm", **({"buffer_records": 8} if native and prof != "none" else {}))
-            w.write_point([dict(experiment="proton_fig15", figure="proton_fig15", workload=kernel.removeprefix("native_"),
-                                impl="native" if native else "triton", profiler=prof,
-                                params=__import__("json").dumps(prm, sort_keys=True), metric="latency_ms", value=ms, unit="ms", status="ok",
-                                device="cuda", gpu_name="fixture", point_hash=f"{kernel}{prof}",
-                                ts_utc="2026-01-01")])
-    merge(exp)
-    # two warps of one block entering load then mma, decoded and written as a Chrome trace
+            rows.append(row("proton_fig15", "latency_ms", ms, p10=ms * 0.99, p90=ms * 1.01, unit="ms", model="-",
+                            workload=kernel.removeprefix("native_"), impl="native" if native else "triton",
+                            profiler=prof, params=json.dumps(prm, sort_keys=True)))
+    exp = write(tmp_path, "proton_fig15", rows)
     warps = [[(0, False, 100), (0, True, 400), (1, False, 420), (1, True, 900)],
              [(0, False, 110), (0, True, 380), (1, False, 400), (1, True, 950)]]
     raw = decode.encode([dict(block_id=0, sm_id=3, clock_start=0, clock_end=1000, gtime_start=0, gtime_end=500,
@@ -78,34 +161,75 @@ def test_proton_fig15_overhead_and_timeline_from_a_decoded_buffer(tmp_path):
     art = exp / "artifacts" / "native"
     art.mkdir(parents=True)
     prof.write_trace(str(art / "matmul.chrome_trace.json"))
-    paper = tmp_path / "paper"
-    paper.mkdir()
-    import shutil
-    from pathlib import Path
-    shutil.copy(Path(__file__).resolve().parent.parent / "results" / "paper" / "proton_instrumentation.csv", paper)
+    _paper(tmp_path)
     text = build(tmp_path, tmp_path / "REPORT.md").read_text()
     assert (tmp_path / "figures" / "proton_fig15.png").exists()
     assert (tmp_path / "figures" / "proton_fig15_timeline.png").exists()
     assert "paper GH200" in text and "ours h200 default" in text
-    row = [l for l in text.splitlines() if l.startswith("| layer_norm |")][0]
-    assert "1.17" in row                     # ours: 0.117 / 0.100; paper GH200: 1.173
+    line = [x for x in text.splitlines() if x.startswith("| layer_norm |")][0]
+    assert "1.17" in line                     # ours: 0.117 / 0.100; paper GH200: 1.173
 
 
 def test_every_figure_regenerates_from_the_committed_results(tmp_path):
-    """`make figures` on a copy of results/: every GPU experiment with rows gets its figures and tables."""
-    import shutil
-    from pathlib import Path
-
-    src = Path(__file__).resolve().parent.parent / "results"
+    """`make figures` on a copy of results/: every GPU experiment with rows gets its figures, tables, findings."""
+    src = ROOT / "results"
     for sub in ("paper", "h200"):
         if (src / sub).exists():
             shutil.copytree(src / sub, tmp_path / sub)
-    text = build(tmp_path, tmp_path / "REPORT.md").read_text()
+    out, failures = build_main(tmp_path)
+    text = out.read_text()
+    assert not failures, failures
     for exp in sorted(p.name for p in (tmp_path / "h200").iterdir()):
-        assert f"## {exp}" in text
-        assert f"No GPU results are committed for this experiment yet" not in text.split(f"## {exp}")[1].split("\n## ")[0]
+        sec = text.split(f"\n## {exp}\n")[1].split("\n## ")[0]
+        assert "No GPU results are committed for this experiment yet" not in sec
     pngs = {p.stem for p in (tmp_path / "figures").glob("*.png")}
-    assert {"gemm_shapes_roofline", "tilus_fig10", "tilus_fig14", "proton_fig15", "proton_fig15_timeline"} <= pngs
+    assert {"gemm_shapes_roofline", "tilus_fig10", "tilus_fig11", "tilus_fig14", "proton_fig15",
+            "proton_fig15_timeline"} <= pngs
+
+
+# ---- findings: numbers in prose come from the rows -------------------------------------------------------
+
+def _lat(impl, wdt, ms, M=16, K=8192, N=57344, **kw):
+    base = dict(gpu="h200", model="llama3_70b", layer="gate_up", M=M, K=K, N=N, weight_dtype=wdt, act_dtype="f16",
+                impl=impl, status="ok", p10=ms, p90=ms, device="cuda")
+    return [{**base, "metric": "latency_ms", "value": ms}] + [{**base, "metric": k, "value": v} for k, v in kw.items()]
+
+
+def test_fig11_level_means_within_three_percent():
+    from experiments.tilus_fig11.figures import findings
+    rows = _lat("cublas", "f16", 0.23)
+    for wdt, tilus, ours in (("i5", 0.1000, 0.1036), ("i7", 0.1000, 0.1020), ("u4", 0.10, 0.16), ("i2", 0.15, 0.10)):
+        rows += _lat("tilus", wdt, tilus) + _lat("triton", wdt, ours)
+    df = pd.DataFrame(rows)
+    df.attrs["results_dir"] = str(ROOT / "results")
+    text = " ".join(findings(df))
+    assert "level (within 3%) for i7" in text
+    assert "behind by more than 3% for i5 and u4" in text and "ahead by more than 3% for i2" in text
+
+
+def test_fig10_host_time_sentence_names_only_the_shapes_where_it_holds():
+    from experiments.tilus_fig10.figures import findings
+    rows = []
+    for K, N, host in ((8192, 8192, 0.09), (8192, 57344, 0.03), (28672, 8192, 0.05)):
+        for M in (1, 16):
+            rows += _lat("cublas", "f16", 0.2, M=M, K=K, N=N)
+            rows += _lat("tilus", "u4", 0.06, M=M, K=K, N=N, roofline_frac=0.5)
+            rows += _lat("triton", "u4", 0.04 if K == 8192 else 0.045 + 0.01 * (M == 16), M=M, K=K, N=N,
+                         roofline_frac=0.6, host_ms=host)
+    df = pd.DataFrame(rows)
+    df.attrs["results_dir"] = str(ROOT / "results")
+    text = " ".join(findings(df))
+    assert "exceeds the kernel time at every point of K=8192, N=8192 (host 0.090 ms, kernel 0.040 ms)" in text
+    assert "At K=8192, N=57344 the host time stays below" in text
+    assert "K=28672, N=8192 (1 of 2)" in text
+
+
+def test_fig14_paper_prefill_range_is_computed_not_typed():
+    from experiments.tilus_fig14.figures import findings
+    df = pd.DataFrame(_lat("cublas", "f16", 1.0, M=4096) + _lat("triton", "u4", 1.05, M=4096))
+    df.attrs["results_dir"] = str(ROOT / "results")
+    text = " ".join(findings(df))
+    assert "The paper's Tilus (L40S) at M >= 2048: 0.87-0.98x" in text
 
 
 def test_fig9_targets_table_shows_host_time_when_recorded():
@@ -113,14 +237,24 @@ def test_fig9_targets_table_shows_host_time_when_recorded():
     rows = []
     for impl, ms, host in (("cublas", 0.048, 0.01), ("triton", 0.20, 0.19), ("tilus", 0.031, None)):
         wd = "f16" if impl == "cublas" else "i4"
-        base = dict(gpu="h200", model="llama3_70b", layer="o", M=1, K=8192, N=8192, weight_dtype=wd, act_dtype="f16",
-                    impl=impl, status="ok")
-        rows += [{**base, "metric": "latency_ms", "value": ms}, {**base, "metric": "roofline_frac", "value": 0.0085 / ms}]
-        if host is not None:
-            rows.append({**base, "metric": "host_ms", "value": host})
+        rows += _lat(impl, wd, ms, M=1, K=8192, N=8192, roofline_frac=0.0085 / ms,
+                     **({"host_ms": host} if host is not None else {}))
     t = targets(pd.DataFrame(rows))
     r = t.iloc[0]
     assert r["ours ms"] == 0.20 and r["tilus ms"] == 0.031 and r["ours host ms"] == 0.19
     assert r["ours <= tilus"] == "no" and abs(r["ours % of floor"] - 4.25) < 1e-9
-    # committed rows from before host_ms existed: no column, no error
     assert "ours host ms" not in targets(pd.DataFrame([x for x in rows if x["metric"] != "host_ms"])).columns
+
+
+@pytest.mark.parametrize("values, text", [([1.234, 1.5], "1.23-1.50"), ([2.0, 2.001], "2.00"), ([], "")])
+def test_span(values, text):
+    assert F.span(values) == text
+
+
+def test_build_cpu_without_cpu_rows_writes_nothing(tmp_path):
+    _gemm(tmp_path)
+    assert build_cpu(tmp_path)[0] is None and not (tmp_path / "cpu").exists()
+
+
+def test_schema_fixture_rows_match_the_store():
+    assert set(row("x", "m", 1.0)) <= set(SCHEMA)

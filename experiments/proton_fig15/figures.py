@@ -1,4 +1,4 @@
-"""Proton Fig. 15: instrumentation overhead per kernel, ours beside the paper's, and a warp timeline."""
+"""Proton Fig. 15: instrumentation overhead per kernel, ours (H200) beside the paper's (GH200), and a warp timeline."""
 from __future__ import annotations
 
 import gzip
@@ -9,8 +9,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.collections import PolyCollection
+from matplotlib.patches import Patch
 
-from harness.figures import comparison, figure, table
+from harness.figures import comparison, figure, finding, geomean, listing, paper_dir, span, table
 
 PAPER_NAME = {"moe_matmul": "matmul_ogs"}
 
@@ -25,13 +27,17 @@ def _size(params: str) -> str:
 
 
 def overheads(df: pd.DataFrame) -> pd.DataFrame:
-    """instrumented / plain latency per (gpu, kernel, profiler, mode), plain measured in the same job."""
+    """instrumented / plain latency per (gpu, kernel, profiler, mode), plain measured in the same job;
+    lo/hi: the ratio's spread from both timings' p10/p90."""
     lat = df[(df["metric"] == "latency_ms") & (df["status"] == "ok")]
     lat = lat.assign(kernel=kernel_label(lat), size=lat["params"].fillna("").map(_size))
-    base = lat[lat["profiler"] == "none"][["gpu", "kernel", "size", "value"]].rename(columns={"value": "plain_ms"})
+    base = lat[lat["profiler"] == "none"][["gpu", "kernel", "size", "value", "p10", "p90"]]
+    base = base.rename(columns={"value": "plain_ms", "p10": "plain_p10", "p90": "plain_p90"})
     inst = lat[lat["profiler"] != "none"].merge(base, on=["gpu", "kernel", "size"])
     inst["overhead"] = inst["value"] / inst["plain_ms"]
-    inst["mode"] = inst["params"].fillna("").map(lambda s: _mode_label(s))
+    inst["lo"] = (inst["p10"] / inst["plain_p90"]).fillna(inst["overhead"])
+    inst["hi"] = (inst["p90"] / inst["plain_p10"]).fillna(inst["overhead"])
+    inst["mode"] = inst["params"].fillna("").map(_mode_label)
     return inst
 
 
@@ -44,36 +50,58 @@ def _mode_label(params: str) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(d.items())) or "default"
 
 
+def _paper(df: pd.DataFrame) -> pd.DataFrame:
+    path = paper_dir(df) / "proton_instrumentation.csv"
+    if not path.exists():
+        return pd.DataFrame(columns=["gpu", "kernel", "overhead_ratio"])
+    p = pd.read_csv(path)
+    inv = {v: k for k, v in PAPER_NAME.items()}
+    return p.assign(kernel=p["kernel"].map(lambda k: inv.get(k, k)))
+
+
+BAR_COLORS = {"paper": "0.62", "proton": "#4C72B0", "native": "#DD8452"}
+
+
 @figure("proton_fig15", experiment="proton_fig15",
-        caption="Instrumented over plain kernel time (same job, same GPU), per kernel. Grey: the paper's GH200 "
-                "values (Proton default mode). Native kernels use our CUDA header (native/).")
+        caption="Instrumented over plain kernel time (CUPTI kernel durations, same job), per kernel; bars start at "
+                "1.0, so an overhead below 1 points down. Grey: the paper's GH200 value (Proton's default mode); "
+                "blue: ours with Proton's default mode; orange: our native CUDA kernels with our own header "
+                "(native/). Error bars: the ratio's spread from both timings' p10/p90. The other modes are in "
+                "the table below.")
 def fig15(df):
     o = overheads(df)
     if o.empty:
         return None
-    o = o.assign(who=lambda t: t.apply(lambda r: ("our native header" if r["profiler"] == "native"
-                                                  else f"proton {r['mode']}") + f" ({r['gpu']})", axis=1))
-    paper_path = Path(df.attrs.get("results_dir", "results")) / "paper" / "proton_instrumentation.csv"
-    rows = [o[["kernel", "who", "overhead"]]]
-    if paper_path.exists():
-        p = pd.read_csv(paper_path)
-        p = p[p["gpu"] == "GH200"]
-        inv = {v: k for k, v in PAPER_NAME.items()}
-        rows.insert(0, pd.DataFrame({"kernel": p["kernel"].map(lambda k: inv.get(k, k)),
-                                     "who": "paper: proton default (GH200)", "overhead": p["overhead_ratio"]}))
-    d = pd.concat(rows, ignore_index=True)
-    order = sorted(d["kernel"].unique(), key=lambda k: (k.startswith("native_"), k))
-    hues = sorted(d["who"].unique(), key=lambda w: (not w.startswith("paper"), w))
-    pal = dict(zip(hues, ["0.6"] + sns.color_palette("deep", len(hues) - 1)))
-    fig, ax = plt.subplots(figsize=(13, 4.5))
-    sns.barplot(d, x="kernel", y="overhead", hue="who", order=order, hue_order=hues, palette=pal, ax=ax)
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_ylim(0.9, max(1.3, float(np.nanmax(d["overhead"])) * 1.05))
-    ax.set_xlabel("")
+    ours = o[((o["profiler"] == "proton") & (o["mode"] == "default")) | (o["profiler"] == "native")]
+    ours = ours.groupby(["kernel", "profiler"])[["overhead", "lo", "hi"]].median().reset_index()
+    p = _paper(df)
+    p = p[p["gpu"] == "GH200"]
+    kernels = sorted(set(ours["kernel"]) | set(p["kernel"]), key=lambda k: (k.startswith("native_"), k))
+    gpu = ", ".join(sorted(o["gpu"].str.upper().unique()))
+    fig, ax = plt.subplots(figsize=(12, 4.2))
+    w = 0.38
+    for i, k in enumerate(kernels):
+        pk = p[p["kernel"] == k]["overhead_ratio"]
+        ok = ours[ours["kernel"] == k]
+        if len(pk):
+            v = float(pk.iloc[0])
+            ax.bar(i - w / 2, v - 1, w, bottom=1, color=BAR_COLORS["paper"])
+        for r in ok.itertuples():
+            x = i + w / 2 if len(pk) else i
+            ax.bar(x, r.overhead - 1, w, bottom=1, color=BAR_COLORS["native" if r.profiler == "native" else "proton"])
+            ax.errorbar(x, r.overhead, yerr=[[max(r.overhead - r.lo, 0)], [max(r.hi - r.overhead, 0)]],
+                        color="black", lw=0.8, capsize=2)
+    ax.axhline(1.0, color="black", lw=0.8)
+    allv = list(ours["hi"]) + list(ours["lo"]) + list(p["overhead_ratio"])
+    ax.set_ylim(min(0.95, min(allv) - 0.02), max(allv) + 0.03)
+    ax.set_xticks(range(len(kernels)), kernels, rotation=30, ha="right")
     ax.set_ylabel("instrumented / plain time")
-    ax.tick_params(axis="x", rotation=30)
-    ax.legend(fontsize=7, ncol=2)
-    ax.set_title("Intra-kernel instrumentation overhead (Proton Fig. 15)")
+    ax.grid(axis="x", visible=False)
+    ax.legend(handles=[Patch(color=BAR_COLORS["paper"], label="paper: Proton default (GH200)"),
+                       Patch(color=BAR_COLORS["proton"], label=f"ours: Proton default ({gpu})"),
+                       Patch(color=BAR_COLORS["native"], label=f"ours: native header ({gpu})")],
+              loc="upper right", frameon=False)
+    ax.set_title(f"Proton Fig. 15: intra-kernel instrumentation overhead, GH200 (paper) beside {gpu} (ours)")
     return fig
 
 
@@ -105,19 +133,24 @@ def timeline(df):
     names = sorted({e["name"] for e in ev})
     col = dict(zip(names, sns.color_palette("deep", len(names))))
     fig, ax = plt.subplots(figsize=(11, 0.22 * len(tracks) + 1.5))
+    boxes: dict[str, list] = {n: [] for n in names}          # one collection per scope: fast to draw
     for e in ev:
         t = (e["pid"], e["tid"])
         if t in ypos:
-            ax.broken_barh([(e["ts"], max(e["dur"], 1e-3))], (ypos[t] - 0.4, 0.8), color=col[e["name"]])
+            x0, x1, y = e["ts"], e["ts"] + max(e["dur"], 1e-3), ypos[t]
+            boxes[e["name"]].append([(x0, y - 0.4), (x1, y - 0.4), (x1, y + 0.4), (x0, y + 0.4)])
+    for n, verts in boxes.items():
+        ax.add_collection(PolyCollection(verts, facecolors=col[n], edgecolors="none"))
+    ax.autoscale_view()
     ax.set_yticks(range(len(tracks)), [f"SM{p} t{t}" for p, t in tracks], fontsize=6)
     ax.set_xlabel("time since the first block started (us)")
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in col.values()], labels=names, fontsize=7,
               loc="upper right")
-    ax.set_title(f"Warp timeline: {cands[0].name} ({cands[0].parent.name}, {gpu})")
+    ax.set_title(f"Warp timeline: {cands[0].name} ({cands[0].parent.name}, {gpu.upper()})")
     return fig
 
 
-@comparison(experiment="proton_fig15")
+@comparison(experiment="proton_fig15", title="The paper's overheads beside ours, per kernel and mode")
 def vs_paper(df, paper_dir):
     o = overheads(df)
     p = pd.read_csv(Path(paper_dir) / "proton_instrumentation.csv")
@@ -127,7 +160,7 @@ def vs_paper(df, paper_dir):
     ours.columns = [f"ours {g} {m}" for g, m in ours.columns]
     ours.index = [PAPER_NAME.get(i, i) for i in ours.index]
     t = p.join(ours, how="outer")
-    geo = {c: float(np.exp(np.log(t[c].dropna()).mean())) for c in t.columns if t[c].notna().any()}
+    geo = {c: geomean(t[c].dropna()) for c in t.columns if t[c].notna().any()}
     t.loc["geomean"] = pd.Series(geo)
     return t.reset_index().rename(columns={"index": "kernel"})
 
@@ -138,3 +171,45 @@ def native_checks(df):
     d = df[df["metric"].isin(keys) & (df["status"] == "ok")]
     d = d.assign(kernel=kernel_label(d))
     return d.pivot_table(index="kernel", columns="metric", values="value").reset_index()
+
+
+@finding(experiment="proton_fig15")
+def findings(df):
+    o = overheads(df)
+    out = []
+    if o.empty:
+        return out
+    p = _paper(df)
+    gh = p[p["gpu"] == "GH200"].set_index("kernel")["overhead_ratio"]
+    prot = o[o["profiler"] == "proton"]
+    dflt = prot[prot["mode"] == "default"].groupby("kernel")["overhead"].median()
+    if len(dflt):
+        common = dflt.index.intersection(gh.index)
+        worst = dflt.idxmax()
+        out.append(f"Proton's default instrumentation: geomean {geomean(dflt):.3f}x over {len(dflt)} kernels, "
+                   f"{span(dflt)}x per kernel, the most expensive {worst} ({dflt[worst]:.2f}x); the paper's GH200 "
+                   f"geomean over the same {len(common)} kernels is {geomean(gh[common]):.3f}x, its most expensive "
+                   f"{gh[common].idxmax()} ({gh[common].max():.2f}x).")
+        spread = prot[prot["mode"] == "default"].groupby("kernel")[["lo", "hi"]].median()
+        below = dflt[dflt < 1]
+        if len(below):
+            inside = [k for k in below.index if spread.loc[k, "hi"] >= 1]
+            out.append(f"Below 1x (instrumented faster than plain): "
+                       f"{listing(f'{k} {v:.3f}x' for k, v in below.items())}; 1x lies inside the p10/p90 spread "
+                       f"for {len(inside)} of them.")
+    modes = prot[prot["mode"] != "default"].groupby("mode")["overhead"].apply(geomean)
+    if len(modes):
+        out.append("Other modes, geomean over the kernels: " + "; ".join(f"{m} {v:.3f}x" for m, v in modes.items()) + ".")
+    nat = o[o["profiler"] == "native"].groupby("kernel")["overhead"].median()
+    if len(nat):
+        out.append(f"Our native header on our CUDA kernels: {listing(f'{k} {v:.3f}x' for k, v in nat.items())}.")
+    failed = df[(df["status"] != "ok") & (df["profiler"] == "proton")].drop_duplicates("point_hash")
+    if len(failed):
+        mode = failed["params"].fillna("").map(_mode_label)
+        for (m, err), g in failed.groupby([mode, "error"]):
+            out.append(f"Mode {m} did not run for {len(g)} kernels: {err[:160]}.")
+    calib = df[(df["metric"] == "calib_scope_err") & (df["status"] == "ok")]["value"]
+    if len(calib):
+        out.append(f"Calibration: a scope spinning a known number of cycles reads back within "
+                   f"{100 * float(np.max(np.abs(calib))):.2f}% of it.")
+    return out
