@@ -237,11 +237,11 @@ def write_csv(table: pd.DataFrame, path: Path) -> Path:
 POINT = ["model", "layer", "M", "K", "N", "weight_dtype"]
 PAPER_BASELINE = {"triton_plain": "triton", "bitblas": "ladder", "quantllm": "quantllm", "marlin": "marlin"}
 PAPER_NAME = {"triton_plain": "Triton", "bitblas": "Ladder", "quantllm": "QuantLLM", "marlin": "Marlin"}
-WHAT_WOULD_HELP = {
-    "triton_plain": "H200 rows of our plain-design Triton kernel (impl triton_plain)",
-    "bitblas": "a bitblas wheel that fits the GPU machine (the 82 MB wheel is over the 64 MiB that travels)",
-    "quantllm": "a QuantLLM / FP6-LLM kernel that installs there (torchao 0.18 no longer ships its floatx kernels)",
-    "marlin": "a Marlin build for Python 3.12 (marlin-kernels 0.3.7 has no such wheel; gptqmodel untried)",
+WHAT_WOULD_HELP = {      # the rows' errors say what was tried; these say what would make the claim measurable
+    "triton_plain": "H200 rows of triton_plain (our kernel of Tilus' plain Triton design)",
+    "bitblas": "a bitblas (Ladder) build that loads on the GPU machine",
+    "quantllm": "a QuantLLM (FP6-LLM) kernel that loads on the GPU machine",
+    "marlin": "a Marlin build that loads on the GPU machine",
 }
 
 

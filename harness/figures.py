@@ -125,7 +125,8 @@ PAPER_IMPL = {"tilus": "tilus", "triton": "triton_plain", "ladder": "bitblas", "
               "marlin": "marlin", "cublas": "cublas"}
 PAPER_LABEL = {"tilus": "Tilus", "triton_plain": "Triton", "bitblas": "Ladder", "quantllm": "QuantLLM",
                "marlin": "Marlin", "cublas": "cuBLAS f16"}
-IMPL_ORDER = ["tilus", "triton_plain", "triton", "bitblas", "quantllm", "marlin", "gemlite", "torch_int4", "fp8"]
+IMPL_ORDER = ["tilus", "triton_plain", "triton", "bitblas", "quantllm", "marlin", "gemlite", "torch_int4", "fp8",
+              "cublas"]
 _PALETTE = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C",
             "#CCB974", "#64B5CD"]
 
@@ -192,9 +193,15 @@ STYLE = {
 
 
 def reset_style() -> None:
-    """Matplotlib's defaults plus STYLE, whatever the user's matplotlibrc says."""
+    """Matplotlib's defaults plus STYLE, whatever the user's matplotlibrc says, and DejaVu from matplotlib's
+    own files only (a system copy of DejaVu, another version, would otherwise win on some machines)."""
+    from matplotlib import font_manager as fm
     matplotlib.rcdefaults()
     matplotlib.rcParams.update(STYLE)
+    bundled = Path(matplotlib.get_data_path()) / "fonts" / "ttf"
+    fm.fontManager.ttflist = [f for f in fm.fontManager.ttflist
+                              if not f.name.startswith("DejaVu") or Path(f.fname).parent == bundled]
+    fm.fontManager._findfont_cached.cache_clear()
 
 
 def save(fig, out_dir: Path, name: str) -> list[Path]:
