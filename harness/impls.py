@@ -1,11 +1,18 @@
-"""Weight-only matmul implementations, one registered function each.
+"""The harness's view of the weight-only matmul implementations (kernels.baselines.REGISTRY).
 
-An implementation takes a `Problem` (the weight it must use, in our dense or
-quantized form) and returns a `Prepared`: a callable y = f(x) plus the chosen
-config and the error tolerance it must meet against the float64 reference.
-Everything it does before returning (repacking, compiling, autotuning) is outside
-the timing and reported as prepare time. Adding a kernel: one function here plus
-one conf/kernel/<name>.yaml.
+Each implementation is registered once, beside its code, in kernels/baselines (name, what it
+supports, tolerance, the packages it needs). This module adapts that registry to the harness:
+
+* ``reason(name, precision, M, K, N)``: why it cannot run a point (None: it may), asked by the
+  planner once per point (the point's ``skip_reason``);
+* ``get(name)(Problem) -> Prepared(fn, config, tolerance)``: prepares it; everything it does
+  (repacking, compiling, autotuning) is outside the timing and reported as prepare time;
+* ``env_key(name)``: presence and versions of the packages it needs (part of a point's hash, so
+  an ``unavailable`` point is final until the environment changes).
+
+``name`` is a registered name (``triton_lowbit``) or a kernel config name (conf/kernel/<name>.yaml,
+``triton``) whose ``impl`` is registered. Adding a kernel: one registered function in
+kernels/baselines plus conf/kernel/<name>.yaml (name, impl, description).
 """
 from __future__ import annotations
 
@@ -14,8 +21,8 @@ from typing import Any, Callable
 
 import torch
 
-from kernels import Unavailable, Unsupported
-from .specs import Precision
+from kernels import Unavailable
+from .specs import CONF_DIR, Precision
 
 TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -46,71 +53,74 @@ class Prepared:
         return self.config(M) if callable(self.config) else self.config
 
 
-IMPLS: dict[str, Callable[[Problem], Prepared]] = {}
+def registry() -> dict:
+    from kernels.baselines import REGISTRY
+    return REGISTRY
 
 
-def impl(name: str):
-    def deco(f):
-        IMPLS[name] = f
-        return f
-    return deco
+def _kernel_impl(name: str) -> str | None:
+    """The impl named by conf/kernel/<name>.yaml, if there is one."""
+    path = CONF_DIR / "kernel" / f"{name}.yaml"
+    if not path.exists():
+        return None
+    from omegaconf import OmegaConf
+    return str(OmegaConf.load(path).get("impl", name))
 
 
-@impl("cublas")
-def cublas(p: Problem) -> Prepared:
-    if p.precision.kind != "dense":
-        raise Unsupported("cublas runs dense f16/bf16 weights only")
-    w = p.weight
-    return Prepared(lambda x: torch.matmul(x, w), config="torch.matmul")
+def resolve(name: str) -> str:
+    """The registered implementation behind a registered or kernel-config name."""
+    reg = registry()
+    if name in reg:
+        return name
+    impl = _kernel_impl(name)
+    if impl in reg:
+        return impl
+    raise Unavailable(f"no implementation registered as {name!r}"
+                      + (f" (conf/kernel/{name}.yaml names impl {impl!r})" if impl else "")
+                      + f"; registered: {sorted(reg)}")
 
 
-@impl("triton_lowbit")
-def triton_lowbit(p: Problem) -> Prepared:
-    if p.precision.kind == "dense":
-        raise Unsupported("triton_lowbit is a low-bit kernel; dense weights run on cublas")
-    from kernels.lowbit import triton_matmul as tm
-    pw = tm.prepare(p.weight)
-    if p.seconds and p.tune_per_path > 0:     # a small recorded space: the first candidates of each path
-        cands, per = [], {}
-        for c in tm.configs_for(p.M, p.K, p.N, p.weight.fmt, pw.group):
-            per[c.path] = per.get(c.path, 0) + 1
-            if per[c.path] <= p.tune_per_path:
-                cands.append(c)
-        x0 = torch.randn(p.M, p.K, dtype=p.act, device=p.device)
-        cfg = tm.autotune(x0, pw, p.seconds, cands)
-        desc = f"{tm.config_str(cfg)} | tuned: {tm.tuning_summary(p.M, pw)}"
-    else:
-        cfg = tm.choose_config(p.M, pw)
-        desc = tm.config_str(cfg)
-    return Prepared(lambda x: tm.lowbit_matmul(x, pw, cfg), config=desc)
+def entry(name: str):
+    return registry()[resolve(name)]
 
 
-def _baseline(name: str):
-    def run(p: Problem) -> Prepared:
-        from kernels.baselines import BASELINES
-        b = BASELINES[name]
-        reason = b.supports(p.precision.weight_dtype, p.precision.group_size, p.precision.act_dtype)
-        if reason:
-            raise Unsupported(reason)
-        fn = b.prepare(p.weight, p.act)
-        chosen = getattr(fn, "chosen_config", None)
-        config = (lambda M: str(chosen(M))) if chosen else getattr(fn, "config", name)
-        return Prepared(fn, config=config, tolerance=getattr(b, "tolerance", None))
-    return run
+def is_dense(name: str) -> bool:
+    """True for implementations of dense weights (cuBLAS): beside a low-bit precision they run
+    the dense weight of the same shape in the activation dtype."""
+    return entry(name).dense
 
 
-def register_baselines() -> None:
-    """Register every baseline of kernels.baselines (tilus, gemlite, torch_int4, ...)."""
+def case(precision: Precision, M: int | None = None, K: int | None = None, N: int | None = None):
+    from kernels.baselines import Case
+    return Case(precision.weight_dtype, precision.act_dtype, precision.group_size, K, N, M)
+
+
+def reason(name: str, precision: Precision, M: int | None = None, K: int | None = None,
+           N: int | None = None) -> str | None:
+    """Why `name` cannot compute this point (None: it may). No GPU work, no package import."""
+    return entry(name).reason(case(precision, M, K, N))
+
+
+def env_key(name: str) -> str:
+    """Presence and version of every package `name` needs, e.g. 'gemlite=0.6.0.post2' or
+    'tilus=missing;apache-tvm-ffi=missing'; '' for what needs only torch/triton (or an unknown name)."""
+    from kernels.baselines import package_versions
     try:
-        from kernels.baselines import BASELINES
-    except ImportError:
-        return
-    for name in BASELINES:
-        IMPLS.setdefault(name, _baseline(name))
+        return package_versions(entry(name).packages)
+    except Unavailable:
+        return ""
 
 
 def get(name: str) -> Callable[[Problem], Prepared]:
-    register_baselines()
-    if name not in IMPLS:
-        raise Unavailable(f"no implementation registered as {name!r}; registered: {sorted(IMPLS)}")
-    return IMPLS[name]
+    """prepare(Problem) -> Prepared for a registered (or kernel-config) name; raises Unsupported
+    for a problem outside what it supports (the same check as `reason`), Unavailable where its
+    package or GPU is missing."""
+    e = entry(name)
+
+    def prepare(p: Problem) -> Prepared:
+        fn = e.prepare(p.weight, p.act, M=p.M, seconds=p.seconds, tune_per_path=p.tune_per_path)
+        chosen = getattr(fn, "chosen_config", None)
+        config = (lambda M: str(chosen(M))) if chosen else getattr(fn, "config", e.name)
+        return Prepared(fn, config=config, tolerance=e.tolerance)
+
+    return prepare

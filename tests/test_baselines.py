@@ -1,38 +1,50 @@
-"""CPU tests of the baseline adapters: support tables, clean Unavailable without a GPU,
-and (when tilus is installed) that the Tilus kernels transpile to a program on the CPU."""
+"""CPU tests of the implementations in kernels/baselines: the registry, what each supports,
+clean Unavailable without a GPU, the plain Triton baseline against float64 in the interpreter,
+and (when tilus is installed) that the Tilus kernels transpile on the CPU."""
 import pytest
 import torch
 
 from kernels import Unavailable, Unsupported
-from kernels.baselines import BASELINES, Baseline
-from kernels.lowbit.formats import ALL_FORMAT_NAMES, random_quantized
+from kernels.baselines import REGISTRY, Case, Impl
+from kernels.lowbit.formats import ALL_FORMAT_NAMES, dequantize_ref, random_quantized
 
-EXPECTED = {"tilus", "torch_int4", "fp8", "gemlite", "marlin", "bitblas", "quantllm"}
+EXPECTED = {"cublas", "triton_lowbit", "triton_plain", "tilus", "torch_int4", "fp8", "gemlite",
+            "marlin", "bitblas", "quantllm"}
 NO_CUDA = not torch.cuda.is_available()
 
 
 def test_registry():
-    assert set(BASELINES) == EXPECTED
-    for name, b in BASELINES.items():
-        assert isinstance(b, Baseline) and b.name == name
-        assert callable(b.prepare) and callable(b.supports)
-        assert 0 < b.tolerance < 1
-    assert BASELINES["fp8"].tolerance > BASELINES["tilus"].tolerance  # fp8 activations change the math
+    assert set(REGISTRY) == EXPECTED
+    for name, b in REGISTRY.items():
+        assert isinstance(b, Impl) and b.name == name
+        assert callable(b.prepare_fn) and callable(b.supports)
+        assert b.tolerance is None or 0 < b.tolerance < 1
+    assert REGISTRY["fp8"].tolerance > REGISTRY["tilus"].tolerance  # fp8 activations change the math
+    assert [n for n, b in REGISTRY.items() if b.dense] == ["cublas"]
+    assert REGISTRY["gemlite"].packages == ("gemlite",)
 
 
-def _table(name, group, act):
-    return {f for f in ALL_FORMAT_NAMES if BASELINES[name].supports(f, group, act) is None}
+def _table(name, group, act, K=None, N=None, M=None):
+    return {f for f in ALL_FORMAT_NAMES if REGISTRY[name].reason(Case(f, act, group, K, N, M)) is None}
 
 
 def test_supports_returns_none_or_reason():
-    for b in BASELINES.values():
-        for f in ALL_FORMAT_NAMES + ["u9", "i1", "f9e4m4", "bogus"]:
+    for b in REGISTRY.values():
+        for f in ALL_FORMAT_NAMES + ["u9", "i1", "f9e4m4", "bogus", "f16", "bf16"]:
             for g in (-1, 16, 32, 64, 128, 256):
-                for act in ("f16", "bf16", torch.float16, torch.bfloat16, "f32"):
-                    r = b.supports(f, g, act)
+                for act in ("f16", "bf16", "f32"):
+                    r = b.reason(Case(f, act, g, 8192, 8192, 16))
                     assert r is None or (isinstance(r, str) and r), (b.name, f, g, act)
-        assert b.supports("bogus", 128, "f16") is not None
-        assert b.supports("u4", 128, "f32") is not None
+        assert b.reason(Case("bogus", "f16", 128)) is not None
+        assert b.reason(Case("u4", "f32", 128)) is not None
+
+
+def test_dense_only_cublas():
+    assert REGISTRY["cublas"].reason(Case("f16", "f16")) is None
+    assert REGISTRY["cublas"].reason(Case("bf16", "bf16")) is None
+    assert "dense" in REGISTRY["cublas"].reason(Case("u4", "f16", 128))
+    for name in EXPECTED - {"cublas"}:
+        assert "dense" in REGISTRY[name].reason(Case("f16", "f16")), name
 
 
 def test_tilus_table():
@@ -42,8 +54,19 @@ def test_tilus_table():
     for g in (-1, 32, 64, 128):
         for act in ("f16", "bf16"):
             assert _table("tilus", g, act) == ints | floats
-    assert "e5" in BASELINES["tilus"].supports("f8e5m2", 128, "f16").replace("E=5", "e5")
-    assert BASELINES["tilus"].supports("u4", 16, "f16") is not None
+            assert _table("tilus", g, act, 8192, 57344, 12288) == ints | floats   # prefill: dequantize + cuBLAS
+    assert "E=5" in REGISTRY["tilus"].reason(Case("f8e5m2", "f16", 128))
+    assert REGISTRY["tilus"].reason(Case("u4", "f16", 16)) is not None
+    assert "K % 32" in REGISTRY["tilus"].reason(Case("u4", "f16", -1, 8200, 64))
+
+
+def test_triton_plain_table():
+    want = {"u1", "u2", "u4", "u8", "i2", "i4", "i8"}
+    for g in (-1, 32, 64, 128):
+        for act in ("f16", "bf16"):
+            assert _table("triton_plain", g, act, 8192, 57344, 1) == want
+    assert _table("triton_plain", 16, "f16") == set()
+    assert "32-bit words" in REGISTRY["triton_plain"].reason(Case("f6e3m2", "f16", -1))
 
 
 def test_torch_int4_table():
@@ -51,6 +74,7 @@ def test_torch_int4_table():
         assert _table("torch_int4", g, "bf16") == {"u4", "i4"}
         assert _table("torch_int4", g, "f16") == set()
     assert _table("torch_int4", -1, "bf16") == set()
+    assert _table("torch_int4", 128, "bf16", K=8200, N=64) == set()
 
 
 def test_fp8_table():
@@ -67,8 +91,13 @@ def test_gemlite_table():
 
 
 def test_external_tables():
-    assert _table("marlin", 128, "f16") == {"u4", "i4"}
-    assert "f6e3m2" in _table("quantllm", -1, "f16")
+    assert _table("marlin", 128, "f16") == {"i4"}      # dense Marlin: w = (u - 8) * s, no zero points
+    assert _table("marlin", -1, "f16") == {"i4"}
+    assert _table("marlin", 64, "f16") == set()
+    assert _table("marlin", 128, "bf16") == set()
+    assert _table("quantllm", -1, "f16") == {"f6e3m2", "f5e2m2"}
+    assert _table("quantllm", 128, "f16") == set()
+    assert {"u1", "u2", "u4", "u8", "i4"} <= _table("bitblas", 128, "f16")
 
 
 @pytest.mark.skipif(not NO_CUDA, reason="checks the behaviour without a GPU")
@@ -82,26 +111,101 @@ def test_external_tables():
 def test_unavailable_without_cuda(name, fmt, g, act):
     qw = random_quantized(256, 64, fmt, g, act, seed=1)
     with pytest.raises(Unavailable):
-        BASELINES[name].prepare(qw, act)
+        REGISTRY[name].prepare(qw, act)
 
 
-@pytest.mark.parametrize("name", ["marlin", "bitblas", "quantllm"])
-def test_external_unavailable(name):
-    qw = random_quantized(64, 64, "i4", 32, torch.float16, seed=2)
-    with pytest.raises(Unavailable) as e:
-        BASELINES[name].prepare(qw, torch.float16)
-    assert name in str(e.value)
+@pytest.mark.parametrize("name,fmt,g", [("marlin", "i4", 128), ("bitblas", "u4", 128), ("quantllm", "f6e3m2", -1)])
+def test_external_unavailable_names_every_route(name, fmt, g):
+    from kernels.baselines.external import ROUTES
+    qw = random_quantized(256, 256, fmt, g, torch.float16, seed=2)
+    try:
+        REGISTRY[name].prepare(qw, torch.float16)
+    except Unavailable as e:
+        msg = str(e)
+        assert msg.startswith(name)
+        for route in ROUTES[name]:
+            assert route.label in msg, (route.label, msg)
+    else:                                   # a route loaded: only where a GPU and the package are present
+        assert not NO_CUDA
 
 
 def test_unsupported_before_unavailable():
     qw = random_quantized(64, 64, "u3", 32, torch.float16, seed=3)
-    for name in ("torch_int4", "fp8", "gemlite"):
+    for name in ("torch_int4", "fp8", "gemlite", "triton_plain", "marlin", "quantllm"):
         with pytest.raises(Unsupported):
-            BASELINES[name].prepare(qw, torch.float16)
+            REGISTRY[name].prepare(qw, torch.float16)
     qw = random_quantized(64, 64, "i4", 32, torch.float16, seed=3)
     with pytest.raises(Unsupported):  # weight scales f16, activations bf16
-        BASELINES["tilus"].prepare(qw, torch.bfloat16)
+        REGISTRY["tilus"].prepare(qw, torch.bfloat16)
 
+
+def test_package_versions():
+    import importlib.metadata
+    from kernels.baselines import package_versions
+    assert package_versions(("torch", "no-such-package-xyz")) == \
+        f"torch={importlib.metadata.version('torch')};no-such-package-xyz=missing"
+    assert package_versions(()) == ""
+
+
+# ---------------------------------------------------------------- triton_plain in the interpreter
+
+def _check(fn, qw, M, act, tol):
+    x = torch.randn(M, qw.K, dtype=act, generator=torch.Generator().manual_seed(M))
+    assert x.abs().sum() > 0
+    ref = x.double() @ dequantize_ref(qw)
+    y = fn(x)
+    assert y.shape == (M, qw.N) and y.dtype == act
+    err = ((y.double() - ref).norm() / ref.norm()).item()
+    assert err < tol, err
+    return err
+
+
+@pytest.mark.parametrize("fmt,g,act,M,K,N", [
+    ("u4", 128, torch.float16, 1, 256, 64),
+    ("u8", -1, torch.float16, 16, 256, 128),
+    ("i4", -1, torch.bfloat16, 3, 256, 128),
+    ("u1", 64, torch.float16, 5, 256, 64),
+    ("u2", 32, torch.bfloat16, 1, 128, 96),     # N not a multiple of the tile: masked columns
+    ("i2", 128, torch.float16, 1, 256, 64),
+    ("i8", 32, torch.float16, 40, 128, 64),     # a GEMM tile (BM 64)
+])
+def test_triton_plain_matches_float64(fmt, g, act, M, K, N):
+    qw = random_quantized(K, N, fmt, g, act, seed=11)
+    fn = REGISTRY["triton_plain"].prepare(qw, act, M=M)
+    _check(fn, qw, M, act, 2e-3 if act == torch.float16 else 1e-2)
+    assert fn.chosen_config(M).startswith("bm")
+
+
+def test_triton_plain_words_round_trip():
+    from kernels.baselines.triton_plain import pack_words
+    from kernels.lowbit.formats import codes_of
+    for fmt in ("u1", "u2", "u4", "u8", "i4"):
+        qw = random_quantized(128, 48, fmt, 32, torch.float16, seed=4)
+        w = pack_words(qw).to(torch.int64) & 0xFFFFFFFF
+        b = qw.fmt.bits
+        P = 32 // b
+        codes = torch.stack([(w >> (j * b)) & ((1 << b) - 1) for j in range(P)], dim=1).reshape(128, 48)
+        assert torch.equal(codes, codes_of(qw).to(torch.int64))
+
+
+def test_triton_plain_tunes_with_the_callers_timer():
+    from kernels.baselines.triton_plain import candidates, config_str
+    qw = random_quantized(256, 64, "u4", 128, torch.float16, seed=6)
+    timed = []
+
+    def seconds(f):                       # a stand-in timer: count calls, prefer the 2nd candidate
+        f()
+        timed.append(1)
+        return 1.0 if len(timed) != 2 else 0.5
+    fn = REGISTRY["triton_plain"].prepare(qw, torch.float16, M=1, seconds=seconds)
+    _check(fn, qw, 1, torch.float16, 2e-3)
+    cands = candidates(1, 256, 128)
+    assert len(timed) == len(cands) > 1
+    assert fn.chosen_config(1).startswith(config_str(cands[1]) + " | tuned: ")
+    assert all(c[0] <= 32 for c in cands) and len(candidates(4096, 8192, 128)) == 10
+
+
+# ---------------------------------------------------------------- Tilus (transpile only, no GPU)
 
 @pytest.fixture(scope="module")
 def tilus_sm90():
@@ -120,18 +224,22 @@ def test_tilus_script_transpiles_on_cpu(tilus_sm90, tmp_path, fmt, act, g, zeros
     tilus = tilus_sm90
     tilus.option.cache_dir(str(tmp_path))
     from kernels.baselines.tilus_baseline import tilus_dtype
-    from kernels.baselines.tilus_kernel import TUNING_SPACE, TilusWeightOnlyMatmul, TilusWeightRepack
+    from kernels.baselines.tilus_kernel import (TUNING_SPACE, TilusWeightDequant, TilusWeightOnlyMatmul,
+                                                TilusWeightRepack)
     from kernels.lowbit.formats import parse_format
 
     a_t = tilus.float16 if act == "f16" else tilus.bfloat16
     w_t = tilus_dtype(parse_format(fmt))
     assert w_t.nbits == parse_format(fmt).bits
     K, N = 1024, 2048
-    mm = TilusWeightOnlyMatmul(K if g == -1 else g, a_t, w_t, zeros)
+    group = K if g == -1 else g
+    mm = TilusWeightOnlyMatmul(group, a_t, w_t, zeros)
     ji = mm._jit_instance_for(16, N, K, 0, 0, 0, 0, 0)
     assert len(ji.transpiled_programs) == len(TUNING_SPACE) <= 6, ji.failed_scheduling[:1]
     rp = TilusWeightRepack(a_t, w_t)
     assert len(rp._jit_instance_for(K, N, 0, 0).transpiled_programs) == 1
+    dq = TilusWeightDequant(group, a_t, w_t, zeros)      # the prefill path (M > 256)
+    assert len(dq._jit_instance_for(K, N, 0, 0, 0, 0).transpiled_programs) == 1
 
 
 def test_tilus_cache_points_come_from_the_experiment_sweeps():
@@ -141,4 +249,56 @@ def test_tilus_cache_points_come_from_the_experiment_sweeps():
     assert {f for f, *_ in p9} == {"u8", "f6e3m2", "u4", "u2", "u1", "i4"} and len(p9) == 18
     assert all(g == (-1 if f.startswith("f") else 128) and act == "f16" for f, g, act, _, _ in p9)
     both = points(("tilus_fig10", "tilus_fig14"))
-    assert both[:18] == p9 and len(both) == len(set(both))      # fig13's points are fig9's large shape
+    assert both[:18] == p9 and len(both) == len(set(both))      # fig14's points are fig10's large shape
+
+
+# ---------------------------------------------------------------- external packages: repacking on the CPU
+
+def test_marlin_perm_is_the_mma_b_fragment_layout():
+    """Each lane's 8 nibbles are the B operand of mma.m16n8k16 (PTX ISA): rows (lane % 4) * 2 + {0, 1, 8, 9}
+    of column lane // 4, for the two n8 halves of a 16x16 sub-tile, over the 4 sub-tiles of a 16x64 tile."""
+    from kernels.baselines.external import marlin_perms
+    perm, sp, sps = marlin_perms()
+    assert sorted(perm.tolist()) == list(range(1024))
+    assert sorted(sp.tolist()) == list(range(64)) and sorted(sps.tolist()) == list(range(32))
+    undo = [0, 4, 1, 5, 2, 6, 3, 7]          # inverse of the nibble interleave 0 2 4 6 1 3 5 7
+    for lane in range(32):
+        for j in range(4):
+            chunk = perm[(lane * 4 + j) * 8:(lane * 4 + j) * 8 + 8][undo]
+            cells = {(int(p) % 256 // 16, int(p) % 16) for p in chunk}       # (row k, column n) in the sub-tile
+            r, c = lane % 4, lane // 4
+            assert cells == {(k, n) for k in (2 * r, 2 * r + 1, 2 * r + 8, 2 * r + 9) for n in (c, c + 8)}
+            assert {int(p) // 256 for p in chunk} == {j}
+
+
+@pytest.mark.parametrize("g", [128, -1])
+def test_marlin_pack_round_trip(g):
+    from kernels.baselines.external import marlin_pack, marlin_perms
+    K, N = 256, 512
+    u = torch.randint(0, 16, (K, N), generator=torch.Generator().manual_seed(1), dtype=torch.int32)
+    s = torch.rand(K // 128 if g == 128 else 1, N).to(torch.float16)
+    B, sp = marlin_pack(u, s, g)
+    assert B.shape == (K // 16, N * 2) and B.dtype == torch.int32 and sp.shape == s.shape
+    perm, scale_perm, scale_perm_single = marlin_perms()
+    w = torch.stack([(B.to(torch.int64) >> (4 * i)) & 15 for i in range(8)], dim=2).reshape(K // 16, N * 16)
+    w = w.reshape(-1, 1024)[:, torch.argsort(perm)].reshape(K // 16, N // 16, 16, 16)
+    assert torch.equal(w.permute(0, 2, 1, 3).reshape(K, N), u.to(torch.int64))
+    sperm = scale_perm if g == 128 else scale_perm_single
+    assert torch.equal(sp.reshape(-1, sperm.numel())[:, torch.argsort(sperm)].reshape(s.shape), s)
+
+
+@pytest.mark.parametrize("fmt", ["f6e3m2", "f5e2m2"])
+def test_quantllm_packing_and_values_match_our_format(fmt):
+    """torchao's FP6-LLM tensor-core packing round-trips our codes, and its floatx values are ours."""
+    floatx = pytest.importorskip("torchao.prototype.dtypes.floatx.floatx_tensor_core_layout",
+                                 reason="torchao (0.8-0.15) not installed")
+    from torchao.prototype.custom_fp_utils import _floatx_unpacked_to_f32
+    from kernels.lowbit.formats import codes_of, float_code_values, parse_format
+    f = parse_format(fmt)
+    assert torch.equal(_floatx_unpacked_to_f32(torch.arange(1 << f.bits, dtype=torch.uint8), f.exp_bits,
+                                               f.man_bits).double(), float_code_values(f))
+    qw = random_quantized(128, 256, fmt, -1, torch.float16, seed=9)
+    codes = codes_of(qw).t().contiguous().to(torch.uint8)             # [N, K], torchao's W layout
+    packed = floatx.pack_tc_floatx(codes, f.bits)
+    assert packed.numel() == codes.numel() * f.bits // 8
+    assert torch.equal(floatx.unpack_tc_floatx(packed, f.bits), codes)

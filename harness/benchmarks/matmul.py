@@ -9,8 +9,9 @@ import time
 
 import torch
 
-from kernels import Unsupported
+from kernels import Unavailable, Unsupported
 from ..bench import Context, Metric, Point, register
+from .. import impls
 from ..impls import TORCH_DTYPES, Problem, get
 from ..shapes import select_layers
 from ..specs import ConfigError, KernelSpec, Precision
@@ -50,18 +51,25 @@ class WeightOnlyMatmul:
             shapes, Ms = cpu_shrink(shapes, Ms, exp.cpu)
         pts = []
         for kname in ctx.kernels:
-            spec = KernelSpec.load(kname)
+            impl = KernelSpec.load(kname).impl
+            try:
+                dense_impl, env = impls.is_dense(impl), impls.env_key(impl)
+            except Unavailable as e:
+                raise ConfigError(f"kernel {kname}: {e}") from e
             # cuBLAS beside a low-bit precision is the dense baseline of the same shape.
-            p = dense(prec.act_dtype) if spec.impl == "cublas" else prec
-            reason = spec.static_reason(p)
+            p = dense(prec.act_dtype) if dense_impl else prec
             for layer, K, N in shapes:
                 for M in Ms:
                     pts.append(Point(exp.name, exp.figure, model, layer, M, K, N, p.weight_dtype, p.act_dtype,
-                                     p.group_size, kname, skip_reason=reason))
+                                     p.group_size, kname, skip_reason=impls.reason(impl, p, M, K, N), env=env))
         if not pts:
             raise ConfigError(f"experiment {exp.name}: the sweep is empty (kernels={list(ctx.kernels)}, M={Ms})")
         # contiguous weights: one weight (and its reference) alive at a time
         return sorted(set(pts), key=lambda q: (q.layer, q.K, q.N, q.weight_dtype, q.M, q.impl))
+
+    def env_key(self, point: Point) -> str:
+        """Presence and versions of the packages the point's implementation needs."""
+        return impls.env_key(KernelSpec.load(point.impl).impl)
 
     def setup(self, ctx: Context) -> list[Metric]:
         if ctx.on_cpu:

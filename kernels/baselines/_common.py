@@ -31,13 +31,16 @@ def parse_fmt(fmt_name):
         return None
 
 
-def check_supported(baseline, qw, act_dtype):
-    """Raise Unsupported if the static support table says no, or the weight's act dtype differs."""
-    reason = baseline.supports(qw.fmt.name, qw.group_size, act_dtype)
-    if reason is not None:
-        raise Unsupported(reason)
-    if act_dtype_of(act_dtype) != qw.act_dtype:
-        raise Unsupported(f"weight scales are {qw.act_dtype}, activations requested {act_dtype}")
+def lowbit_case(case):
+    """(WeightFormat, None) for a low-bit case with f16/bf16 activations, else (None, reason)."""
+    if act_dtype_of(case.weight) is not None:
+        return None, f"dense {case.weight} weights: this is a low-bit kernel (dense weights run on cublas)"
+    fmt = parse_fmt(case.weight)
+    if fmt is None:
+        return None, f"unknown weight format {case.weight!r}"
+    if act_dtype_of(case.act) is None:
+        return None, f"activations must be f16 or bf16, got {case.act}"
+    return fmt, None
 
 
 def require_cuda(name, min_cc=(8, 0)):

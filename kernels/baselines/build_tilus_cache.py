@@ -63,7 +63,8 @@ def _setup(out, stub_dir, march):
 
 
 def candidate_programs(fmt_name, group_size, act, K, N):
-    """[(name, Program, BuildOptions, jit_instance)] for the repack kernel and every matmul candidate."""
+    """[(name, Program, BuildOptions)] for the repack and dequantize (prefill) kernels and every
+    matmul candidate, and the matmul's jit instance."""
     import tilus
     from kernels.baselines import tilus_kernel as tk
     from kernels.baselines.tilus_baseline import tilus_dtype
@@ -75,7 +76,9 @@ def candidate_programs(fmt_name, group_size, act, K, N):
     group = K if group_size == -1 else group_size
     rp = tk.TilusWeightRepack(a_t, w_t)._jit_instance_for(K, N, 0, 0)
     mm = tk.TilusWeightOnlyMatmul(group, a_t, w_t, fmt.kind == "uint")._jit_instance_for(1, N, K, 0, 0, 0, 0, 0)
+    dq = tk.TilusWeightDequant(group, a_t, w_t, fmt.kind == "uint")._jit_instance_for(K, N, 0, 0, 0, 0)
     jobs = [("repack", p, rp.build_options) for p in rp.transpiled_programs]
+    jobs += [("dequant", p, dq.build_options) for p in dq.transpiled_programs]
     jobs += [(f"mm{s}", p, mm.build_options) for s, p in zip(mm.transpiled_schedules, mm.transpiled_programs)]
     return jobs, mm
 

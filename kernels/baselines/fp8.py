@@ -16,37 +16,34 @@ the activation dtype.
 import torch
 
 from kernels import Unavailable, Unsupported
-from kernels.baselines._common import act_dtype_of, check_x, parse_fmt, require_cuda
+from kernels.baselines._common import act_dtype_of, check_x, lowbit_case, require_cuda
+from kernels.baselines.registry import register
 
 NAME = "fp8"
 TOLERANCE = 0.1
 
 
-def supports(fmt_name, group_size, act_dtype):
-    fmt = parse_fmt(fmt_name)
-    if fmt is None:
-        return f"unknown weight format {fmt_name!r}"
+def supports(case):
+    fmt, why = lowbit_case(case)
+    if why:
+        return why
     if fmt.name not in ("f8e4m3", "f8e5m2"):
-        return f"{fmt_name}: _scaled_mm takes fp8 (f8e4m3, f8e5m2) weights only"
-    if group_size != -1:
-        return f"group size {group_size}: _scaled_mm takes per-channel weight scales only (-1)"
-    if act_dtype_of(act_dtype) is None:
-        return f"activations must be f16 or bf16, got {act_dtype}"
+        return f"{fmt.name}: _scaled_mm takes fp8 (f8e4m3, f8e5m2) weights only"
+    if case.group_size != -1:
+        return f"group size {case.group_size}: _scaled_mm takes per-channel weight scales only (-1)"
+    if case.K is not None and (case.K % 16 or case.N % 16):
+        return f"_scaled_mm needs K and N multiples of 16, got K={case.K}, N={case.N}"
     return None
 
 
-def prepare_fp8(qw, act_dtype):
-    from kernels.baselines import BASELINES
-    from kernels.baselines._common import check_supported
+@register(NAME, supports=supports, tolerance=TOLERANCE)
+def prepare_fp8(qw, act_dtype, **hints):
     from kernels.lowbit.formats import codes_of, float_code_values
 
-    check_supported(BASELINES[NAME], qw, act_dtype)
     dev = require_cuda(NAME, min_cc=(8, 9))
     if not hasattr(torch, "_scaled_mm"):
         raise Unavailable("this torch build has no _scaled_mm")
     K, N, fmt = qw.K, qw.N, qw.fmt
-    if K % 16 or N % 16:
-        raise Unsupported(f"_scaled_mm needs K and N multiples of 16, got K={K}, N={N}")
     act = act_dtype_of(act_dtype)
     qw = qw.to(dev)
     table = float_code_values(fmt).to(dev)

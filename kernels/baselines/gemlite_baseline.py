@@ -10,32 +10,31 @@ default setting); no extra tuning is added here.
 import torch
 
 from kernels import Unavailable, Unsupported
-from kernels.baselines._common import act_dtype_of, check_x, parse_fmt, require_cuda, signed_codes
+from kernels.baselines._common import act_dtype_of, check_x, lowbit_case, require_cuda, signed_codes
+from kernels.baselines.registry import register
 
 NAME = "gemlite"
 TOLERANCE = 2e-2
 BITS = (1, 2, 4, 8)
 
 
-def supports(fmt_name, group_size, act_dtype):
-    fmt = parse_fmt(fmt_name)
-    if fmt is None:
-        return f"unknown weight format {fmt_name!r}"
+def supports(case):
+    fmt, why = lowbit_case(case)
+    if why:
+        return why
     if fmt.kind == "float" or fmt.bits not in BITS:
-        return f"{fmt_name}: gemlite A16Wn takes 8/4/2/1-bit integer weights only"
-    if act_dtype_of(act_dtype) is None:
-        return f"activations must be f16 or bf16, got {act_dtype}"
-    if group_size != -1 and group_size < 16:
-        return f"group size {group_size}: gemlite needs >= 16 or per channel (-1)"
+        return f"{fmt.name}: gemlite A16Wn takes 8/4/2/1-bit integer weights only"
+    if case.group_size != -1 and case.group_size < 16:
+        return f"group size {case.group_size}: gemlite needs >= 16 or per channel (-1)"
+    if case.K is not None and case.K % 32:
+        return f"gemlite needs K % 32 == 0, got K={case.K}"
     return None
 
 
-def prepare_gemlite(qw, act_dtype):
-    from kernels.baselines import BASELINES
-    from kernels.baselines._common import check_supported
+@register(NAME, supports=supports, tolerance=TOLERANCE, packages=("gemlite",))
+def prepare_gemlite(qw, act_dtype, **hints):
     from kernels.lowbit.formats import codes_of
 
-    check_supported(BASELINES[NAME], qw, act_dtype)
     dev = require_cuda(NAME)
     try:
         import gemlite
@@ -43,8 +42,6 @@ def prepare_gemlite(qw, act_dtype):
     except Exception as e:
         raise Unavailable(f"gemlite is not importable: {type(e).__name__}: {e}") from e
     K, N, fmt = qw.K, qw.N, qw.fmt
-    if K % 32:
-        raise Unsupported(f"gemlite needs K % 32 == 0, got K={K}")
     act = act_dtype_of(act_dtype)
     qw = qw.to(dev)
     q = codes_of(qw)

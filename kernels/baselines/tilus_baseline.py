@@ -1,38 +1,41 @@
-"""``tilus`` baseline: our weight-only matmul written in the Tilus language.
+"""``tilus``: our kernel in Tilus 0.2.0 (``tilus_kernel.py``; not the paper's Tilus).
 
-The kernel itself is in ``tilus_kernel.py`` (imported lazily: it needs the tilus
-package). Math: y = x @ W with W = (q - z) * s (uN), q * s (iN) or value(q) * s
-(eXmY) dequantized in registers in the activation dtype, f32 accumulation,
-split-K partial sums added in the activation dtype.
+The kernel itself is in ``tilus_kernel.py`` (imported lazily: it needs the tilus package).
+Math: y = x @ W with W = (q - z) * s (uN), q * s (iN) or value(q) * s (eXmY) dequantized in
+registers in the activation dtype, f32 accumulation, split-K partial sums added in the
+activation dtype. For M > ``PREFILL_M`` (256) a Tilus kernel dequantizes W into the activation
+dtype and torch.matmul (cuBLAS) multiplies, as the Tilus artifact's runner does for m > 256.
 """
 import os
 
 import torch
 
-from kernels import Unavailable, Unsupported
-from kernels.baselines._common import act_dtype_of, check_x, parse_fmt, require_cuda
+from kernels import Unavailable
+from kernels.baselines._common import act_dtype_of, check_x, lowbit_case, require_cuda
+from kernels.baselines.registry import register
 
 NAME = "tilus"
 TOLERANCE = 2e-2
+PREFILL_M = 256      # = tilus_kernel.PREFILL_M (kept here: that module needs tilus to import)
 # Tilus has these small-float types; the E=5 ones (f7e5m1, f8e5m2) treat the all-ones
 # exponent as inf/nan, unlike our formats, so they are left out.
 _TILUS_FLOATS = {"f3e1m1", "f4e2m1", "f5e2m2", "f5e3m1", "f6e2m3", "f6e3m2", "f6e4m1",
                  "f7e2m4", "f7e3m3", "f7e4m2", "f8e4m3"}
-MIN_GROUP = 32  # every candidate's block_k (16 or 32) must divide the group
+MIN_GROUP = 32  # every candidate's block_k (16 or 32) and the dequantize tile (32) must divide the group
 
 
-def supports(fmt_name, group_size, act_dtype):
-    fmt = parse_fmt(fmt_name)
-    if fmt is None:
-        return f"unknown weight format {fmt_name!r}"
-    if act_dtype_of(act_dtype) is None:
-        return f"activations must be f16 or bf16, got {act_dtype}"
+def supports(case):
+    fmt, why = lowbit_case(case)
+    if why:
+        return why
     if fmt.kind == "float" and fmt.name not in _TILUS_FLOATS:
         if fmt.exp_bits == 5:
             return f"{fmt.name}: Tilus reserves the all-ones exponent of E=5 floats for inf/nan; our format has none"
         return f"{fmt.name}: no such Tilus float type"
-    if group_size != -1 and (group_size <= 0 or group_size % MIN_GROUP):
-        return f"group size {group_size}: the Tilus kernel needs a multiple of {MIN_GROUP} or per channel (-1)"
+    if case.group_size != -1 and (case.group_size <= 0 or case.group_size % MIN_GROUP):
+        return f"group size {case.group_size}: the Tilus kernel needs a multiple of {MIN_GROUP} or per channel (-1)"
+    if case.K is not None and (case.K % 32 or case.N % 16):
+        return f"Tilus kernel tiles need K % 32 == 0 and N % 16 == 0, got K={case.K}, N={case.N}"
     return None
 
 
@@ -58,16 +61,12 @@ def _import_tilus():
     return tilus, tilus_kernel
 
 
-def prepare_tilus(qw, act_dtype):
-    from kernels.baselines import BASELINES
-    from kernels.baselines._common import check_supported
-
-    check_supported(BASELINES[NAME], qw, act_dtype)
+@register(NAME, supports=supports, tolerance=TOLERANCE, packages=("tilus", "apache-tvm-ffi"))
+def prepare_tilus(qw, act_dtype, **hints):
     K, N, fmt = qw.K, qw.N, qw.fmt
-    if K % 32 or N % 16:
-        raise Unsupported(f"Tilus kernel tiles need K % 32 == 0 and N % 16 == 0, got K={K}, N={N}")
     dev = require_cuda(NAME)
     tilus, tk = _import_tilus()
+    assert tk.PREFILL_M == PREFILL_M
     act = act_dtype_of(act_dtype)
     a_t = tilus.float16 if act == torch.float16 else tilus.bfloat16
     w_t = tilus_dtype(fmt)
@@ -79,18 +78,26 @@ def prepare_tilus(qw, act_dtype):
     zeros = qw.zeros.to(dev).contiguous() if fmt.kind == "uint" else None
     group = K if qw.group_size == -1 else qw.group_size
     mm = tk.TilusWeightOnlyMatmul(group, a_t, w_t, zeros is not None)
+    deq = tk.TilusWeightDequant(group, a_t, w_t, zeros is not None)
     z_ptr = (zeros if zeros is not None else scales).data_ptr()
-    keep = (repacked, scales, zeros)
+    keep = (repacked, scales, zeros, packed)
 
     def run(x):
         check_x(x, act, K)
         x = x.contiguous()
-        y = torch.empty(x.shape[0], N, dtype=act, device=x.device)
-        mm(x.shape[0], N, K, x.data_ptr(), keep[0].data_ptr(), keep[1].data_ptr(), z_ptr, y.data_ptr())
+        M = x.shape[0]
+        if M > PREFILL_M:       # prefill: dequantize with Tilus, multiply with cuBLAS
+            w = torch.empty(K, N, dtype=act, device=x.device)
+            deq(K, N, keep[3].data_ptr(), keep[1].data_ptr(), z_ptr, w.data_ptr())
+            return torch.matmul(x, w)
+        y = torch.empty(M, N, dtype=act, device=x.device)
+        mm(M, N, K, x.data_ptr(), keep[0].data_ptr(), keep[1].data_ptr(), z_ptr, y.data_ptr())
         return y
 
     def chosen_config(M):
         """The tuning candidate Tilus picked for batch size M (after a call with that M)."""
+        if M > PREFILL_M:
+            return "prefill: tilus dequantize (tile %dx%d) + torch.matmul" % tk.DEQUANT_TILE
         try:
             from tilus.lang.instantiated_script import extract_keys
 

@@ -1,4 +1,6 @@
-"""Weight-only low-precision matmul written in the Tilus language (tilus 0.2.0).
+"""Our weight-only low-precision matmul kernel in Tilus 0.2.0 (written in the Tilus language
+by this project after the paper's design; it is not the paper's Tilus, whose kernels are not
+published as a package).
 
 Design (after the Tilus paper, ASPLOS 2026):
 
@@ -11,7 +13,10 @@ Design (after the Tilus paper, ASPLOS 2026):
   (and zero points for uN) through a multi-stage ``cp.async`` pipeline, dequantizes in
   registers (cast to f16/bf16, ``(q - z) * s`` or ``q * s``), and accumulates with
   tensor-core mma in f32;
-* split-K over ``blockIdx.z``; partial results are added in order under a semaphore.
+* split-K over ``blockIdx.z``; partial results are added in order under a semaphore;
+* prefill (M > ``PREFILL_M``): as the Tilus artifact's runner does for m > 256, a Tilus kernel
+  (``TilusWeightDequant``) writes the dequantized weight [K, N] in the activation dtype and
+  ``torch.matmul`` (cuBLAS) multiplies.
 
 The tuning space is small and recorded (``TUNING_SPACE``); Tilus benchmarks every
 candidate once per (shape, M bucket) and caches the choice under its cache dir.
@@ -37,6 +42,10 @@ TUNING_SPACE = [
     [[2, 4], [2, 4, 2], 3, 1],   # 64 x 128 x 32, mid M
     [[2, 4], [4, 4, 2], 3, 1],   # 128 x 128 x 32, prefill
 ]
+
+
+PREFILL_M = 256                 # M above this: dequantize + cuBLAS (the Tilus artifact's threshold)
+DEQUANT_TILE = (32, 128)        # (k, n) of the tile one block of 4 warps dequantizes
 
 
 def _mma_for(a_dtype):
@@ -81,6 +90,46 @@ class TilusWeightRepack(Script):
         self.annotate_layout(w, self.tile_layout)
         w_bytes = self.view(w, layout=self.byte_layout, dtype=uint8)
         self.store_global(dst, w_bytes, offsets=[self.blockIdx.x, self.blockIdx.y, 0], dims=[2])
+
+
+class TilusWeightDequant(Script):
+    """dense [K, N] stream of ``w_dtype`` (+ scales, zero points) -> W[K, N] in the activation dtype."""
+
+    def __init__(self, group_size, a_dtype, w_dtype, has_zeros):
+        super().__init__()
+        self.group_size = group_size
+        self.a_dtype = a_dtype
+        self.w_dtype = w_dtype
+        self.has_zeros = has_zeros
+        tk, tn = DEQUANT_TILE
+        # 8 x 16 threads, each holds 4 rows of 8 consecutive columns: whole bytes for every width,
+        # 16-byte stores of the f16/bf16 result
+        self.layout = spatial(8, 16).local(tk // 8, tn // 16)
+        self.layout_meta = reduce(self.layout, dims=[0], keepdims=True)
+
+    def __call__(self, k_size: int, n_size: int, w_ptr: void_p, s_ptr: void_p, z_ptr: void_p, y_ptr: void_p):
+        tk, tn = DEQUANT_TILE
+        self.attrs.warps = 4
+        self.attrs.blocks = [cdiv(k_size, tk), cdiv(n_size, tn)]
+        k0 = self.blockIdx.x * tk
+        n0 = self.blockIdx.y * tn
+        g = self.group_size
+        gw = self.global_view(w_ptr, dtype=self.w_dtype, shape=[k_size, n_size])
+        gs = self.global_view(s_ptr, dtype=self.a_dtype, shape=[k_size // g, n_size])
+        gz = self.global_view(z_ptr, dtype=self.a_dtype, shape=[k_size // g, n_size])
+        gy = self.global_view(y_ptr, dtype=self.a_dtype, shape=[k_size, n_size])
+        w = self.load_global(gw, offsets=[k0, n0], shape=[tk, tn])
+        s = self.load_global(gs, offsets=[k0 // g, n0], shape=[1, tn])
+        w_f = self.cast(w, dtype=self.a_dtype)
+        if self.has_zeros:
+            z = self.load_global(gz, offsets=[k0 // g, n0], shape=[1, tn])
+            y = (w_f - z) * s
+            self.annotate_layout(z, self.layout_meta)
+        else:
+            y = w_f * s
+        self.store_global(gy, y, offsets=[k0, n0])
+        self.annotate_layout(w, self.layout)
+        self.annotate_layout(s, self.layout_meta)
 
 
 @tilus.autotune("warp_spatial, warp_repeat, num_stages, split_k", TUNING_SPACE)

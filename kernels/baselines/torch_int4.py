@@ -10,39 +10,38 @@ group of K. Our formats map exactly onto it:
 import torch
 
 from kernels import Unavailable, Unsupported
-from kernels.baselines._common import act_dtype_of, check_x, parse_fmt, require_cuda, signed_codes
+from kernels.baselines._common import act_dtype_of, check_x, lowbit_case, require_cuda, signed_codes
+from kernels.baselines.registry import register
 
 NAME = "torch_int4"
 TOLERANCE = 2e-2
 GROUPS = (32, 64, 128, 256)
 
 
-def supports(fmt_name, group_size, act_dtype):
-    fmt = parse_fmt(fmt_name)
-    if fmt is None:
-        return f"unknown weight format {fmt_name!r}"
+def supports(case):
+    fmt, why = lowbit_case(case)
+    if why:
+        return why
     if fmt.name not in ("u4", "i4"):
-        return f"{fmt_name}: tinygemm only takes 4-bit integer weights (u4, i4)"
-    if group_size not in GROUPS:
-        return f"group size {group_size}: tinygemm supports {GROUPS} only"
-    if act_dtype_of(act_dtype) != torch.bfloat16:
-        return f"activations {act_dtype}: tinygemm on CUDA takes bf16 only"
+        return f"{fmt.name}: tinygemm only takes 4-bit integer weights (u4, i4)"
+    if case.group_size not in GROUPS:
+        return f"group size {case.group_size}: tinygemm supports {GROUPS} only"
+    if act_dtype_of(case.act) != torch.bfloat16:
+        return f"activations {case.act}: tinygemm on CUDA takes bf16 only"
+    if case.K is not None and (case.K % 32 or case.N % 8):
+        return f"tinygemm needs K % 32 == 0 and N % 8 == 0, got K={case.K}, N={case.N}"
     return None
 
 
-def prepare_torch_int4(qw, act_dtype):
-    from kernels.baselines import BASELINES
-    from kernels.baselines._common import check_supported
+@register(NAME, supports=supports, tolerance=TOLERANCE)
+def prepare_torch_int4(qw, act_dtype, **hints):
     from kernels.lowbit.formats import codes_of
 
-    check_supported(BASELINES[NAME], qw, act_dtype)
     dev = require_cuda(NAME)
     if not hasattr(torch, "_weight_int4pack_mm") or not hasattr(torch, "_convert_weight_to_int4pack"):
         raise Unavailable("this torch build has no _weight_int4pack_mm")
     K, N, g = qw.K, qw.N, qw.group_size
-    inner = next((t for t in (8, 4, 2) if K % (t * 16) == 0), None)
-    if inner is None or N % 8:
-        raise Unsupported(f"tinygemm needs K % 32 == 0 and N % 8 == 0, got K={K}, N={N}")
+    inner = next(t for t in (8, 4, 2) if K % (t * 16) == 0)
     qw = qw.to(dev)
     q = codes_of(qw)  # int32 [K, N] bit patterns
     s = qw.scales.double()  # [K/g, N]
