@@ -1,0 +1,385 @@
+// lowbit_kernel.cuh -- the native weight-only low-bit matmul y[M, N] = x[M, K] @ dequant(W)[K, N].
+//
+// Decode kernel (M <= 16, or 2M <= 32 with x split): y^T = W^T x^T on m16n8k16 tensor cores with f32
+// accumulation.  A = the dequantized weight tile, built in registers straight from the packed words
+// (native/lowbit_layout.py: each thread's words are exactly its A fragments; recipes in
+// lowbit_recipes.cuh); B = x^T from shared memory (one 16-byte load per m-row covers two k-blocks).
+// The codes reach the tensor cores as exact integers / exact float values; the group scale (and the
+// zero point: y -= s*z*sum(x), sum(x) from one more mma against a tile of ones) is applied in f32
+// when a group ends, so the only rounding is the f32 accumulation and the final cast.
+//
+// Work: a block = 8 warps x 2 n16 tiles = 256 output channels ("n-block") and one KSTEP-deep stage per
+// iteration.  The (n-block, iteration) space is cut into gridDim.x equal contiguous ranges
+// (stream-K): a block walks its range; a range piece that covers a whole n-block stores y directly,
+// otherwise it adds into an f32 workspace with atomics and the block that completes the n-block's
+// count converts it to y and re-zeroes the workspace and the counter (both persist zeroed between
+// launches).  Loads: a ring of STAGES shared-memory stages filled by cp.async (weights per warp,
+// scales per warp, x per block), one __syncthreads per stage.
+#pragma once
+#include <cstdint>
+#include "instrument.cuh"
+#include "lowbit_common.cuh"
+#include "lowbit_params.h"
+
+namespace lowbit {
+
+enum { S_WAIT = 0, S_ISSUE = 1, S_COMPUTE = 2, S_OUTPUT = 3 };
+
+__host__ __device__ constexpr int scale_bytes(bool zero) { return zero ? 128 : 64; }
+
+__host__ inline int gemv_stage_bytes(int bits, bool zero, int MX, int slots) {
+  const int ks = kstep_for(bits);
+  return WARPS * 32 * (ks / KG) * bits * 4 + WARPS * slots * scale_bytes(zero) + MX * xrow_bytes(ks);
+}
+
+__host__ inline int gemv_smem_bytes(int bits, bool zero, int MX, int slots, int iters) {
+  return ((iters * 4 + 15) / 16) * 16 + stages_for(bits) * gemv_stage_bytes(bits, zero, MX, slots);
+}
+
+// R: recipe; MT: m16n8 tiles (8 rows each); OB: output / scale dtype is bf16; XS: x split (rows m and
+// m + M of x are the bf16 hi / lo parts of f16 activation row m); PROF: in-kernel instrumentation
+template <class R, int MT, bool OB, bool XS, bool PROF>
+__global__ void __launch_bounds__(THREADS, 2) lowbit_gemv_kernel(const __grid_constant__ GemvParams p) {
+  constexpr int BITS = R::BITS, KSTEP = R::KSTEP, CHUNKS = KSTEP / KG, S = stages_for(BITS);
+  constexpr int VEC = CHUNKS * BITS / 4;            // 16-byte vectors of words per lane per stage
+  constexpr int XROW = xrow_bytes(KSTEP), XCH = KSTEP / 8;  // x: bytes per staged row, 16-byte chunks per row
+  constexpr int XPT = (MT * 8 * XCH + THREADS - 1) / THREADS;  // x chunks a thread may copy
+  constexpr bool WB = R::BF16;
+  constexpr int SB = scale_bytes(R::ZERO);
+  constexpr int SCP = (8 * SB / 16 + 31) / 32;  // scale chunks a lane may copy (<= 8 groups per stage)
+  static_assert(KSTEP == kstep_for(BITS) && (CHUNKS * BITS) % 4 == 0, "layout");
+  extern __shared__ __align__(16) uint8_t smem[];
+
+  instr::Profiler<PROF> prof;
+  prof.begin(p.prof, p.prof_cap);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int wbytes = WARPS * 32 * VEC * 16;
+  const int sbytes = WARPS * p.slots * SB;
+  const int stage_bytes = wbytes + sbytes + p.MX * XROW;
+  const int ring_bytes = S * stage_bytes;
+  const int tab_bytes = ((p.iters * 4 + 15) / 16) * 16;
+  uint32_t *tab_sm = reinterpret_cast<uint32_t *>(smem);
+  uint8_t *stages = smem + tab_bytes;
+  __shared__ int last_flag;
+
+  for (int i = tid; i < p.iters; i += THREADS) tab_sm[i] = p.stab[i];
+
+  // this block's contiguous range of the flattened (n-block, iteration) space
+  const int T = p.nblocks * p.iters;
+  const int per = T / gridDim.x, rem = T % gridDim.x, b = blockIdx.x;
+  const int f_begin = b * per + min(b, rem);
+  const int f_end = f_begin + per + (b < rem ? 1 : 0);
+  __syncthreads();  // the stage table is read by the loader below
+
+  // Loader state (the next stage to copy), advanced incrementally: the weight stream is linear in
+  // the flat index f; scales move with the n-block (and the stage's first group); x with the iteration.
+  constexpr int WSTRIDE = WARPS * 32 * VEC;  // uint4 per flat stage
+  const uint32_t st0 = smem_u32(stages);
+  const size_t s_nb = (size_t)WARPS * p.ngroups * (SB / 16);
+  int lnb = f_begin / p.iters, lit = f_begin - lnb * p.iters;
+  const uint4 *lw = static_cast<const uint4 *>(p.wq) + (size_t)f_begin * WSTRIDE + warp * (32 * VEC) + lane;
+  const uint4 *ls = static_cast<const uint4 *>(p.sc) + (size_t)lnb * s_nb + (size_t)warp * p.ngroups * (SB / 16);
+  const uint16_t *xbase = reinterpret_cast<const uint16_t *>(p.x);
+  int lk = lit * KSTEP;  // first k of the next stage
+  uint32_t lso = 0;      // ring offset of the next stage
+  auto issue = [&]() {
+    const uint32_t wd = st0 + lso + warp * (32 * VEC * 16) + lane * 16;
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) cp_async16(wd + v * 512, lw + v * 32, 16);
+    const uint32_t tab = tab_sm[lit];
+    const int nsc = ((tab >> 16) & 0xF) * (SB / 16);
+    const uint4 *ss = ls + (tab & 0xFFFF) * (SB / 16);
+    const uint32_t sd = st0 + lso + wbytes + warp * p.slots * SB;
+#pragma unroll
+    for (int j = 0; j < SCP; ++j)
+      if (lane + 32 * j < nsc) cp_async16(sd + (lane + 32 * j) * 16, ss + lane + 32 * j, 16);
+    const uint32_t xd = st0 + lso + wbytes + sbytes;
+#pragma unroll
+    for (int j = 0; j < XPT; ++j) {
+      const int q = tid + j * THREADS, m = q / XCH, c = q % XCH, k = lk + c * 8;
+      if (m < p.MX) {
+        const bool in = k < p.K;  // K % 8 == 0: a 16-byte chunk is all inside or all outside
+        cp_async16(xd + m * XROW + c * 16, xbase + (size_t)m * p.K + (in ? k : 0), in ? 16u : 0u);
+      }
+    }
+    lw += WSTRIDE;
+    lk += KSTEP;
+    lso = (lso + stage_bytes == (uint32_t)ring_bytes) ? 0u : lso + stage_bytes;
+    if (++lit == p.iters) {
+      lit = 0;
+      lk = 0;
+      ls += s_nb;
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (f_begin + s < f_end) issue();
+    cp_async_commit();
+  }
+
+  float total[NT][MT][4], acc[NT][MT][4], xs[MT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) total[nt][mt][e] = acc[nt][mt][e] = 0.f;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) xs[mt][e] = 0.f;
+
+  // group flush: total += s * acc (- s * z * sum(x)), scales of staged group slot `sp`
+  auto flush = [&](const uint8_t *sp) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float s0, s1, z0 = 0.f, z1 = 0.f;
+      if constexpr (R::ZERO) {
+        const uint2 v = *reinterpret_cast<const uint2 *>(sp + (nt * 8 + g) * 8);
+        s0 = lo_f32<OB>(v.x), s1 = hi_f32<OB>(v.x), z0 = lo_f32<OB>(v.y), z1 = hi_f32<OB>(v.y);
+      } else {
+        const uint32_t v = *reinterpret_cast<const uint32_t *>(sp + (nt * 8 + g) * 4);
+        s0 = lo_f32<OB>(v), s1 = hi_f32<OB>(v);
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        float *tt = total[nt][mt], *aa = acc[nt][mt];
+        if constexpr (R::ZERO) {
+          const float sz0 = s0 * z0, sz1 = s1 * z1;
+          tt[0] = fmaf(s0, aa[0], fmaf(-sz0, xs[mt][0], tt[0]));
+          tt[1] = fmaf(s0, aa[1], fmaf(-sz0, xs[mt][1], tt[1]));
+          tt[2] = fmaf(s1, aa[2], fmaf(-sz1, xs[mt][0], tt[2]));
+          tt[3] = fmaf(s1, aa[3], fmaf(-sz1, xs[mt][1], tt[3]));
+        } else {
+          tt[0] = fmaf(s0, aa[0], tt[0]);
+          tt[1] = fmaf(s0, aa[1], tt[1]);
+          tt[2] = fmaf(s1, aa[2], tt[2]);
+          tt[3] = fmaf(s1, aa[3], tt[3]);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) aa[e] = 0.f;
+      }
+    }
+    if constexpr (R::ZERO) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) xs[mt][e] = 0.f;
+    }
+  };
+
+  uint32_t one = WB ? 0x3F803F80u : 0x3C003C00u;  // A tile of ones: sum(x) per group for the zero point
+  uint32_t magic = p.magic;  // R::MAGIC through a register, so that mask | magic is one LOP3
+  pin(one);
+  pin(magic);
+  uint16_t *yo = reinterpret_cast<uint16_t *>(p.y);
+  int nb = f_begin / p.iters, it = f_begin - nb * p.iters, seg_start = it;
+  int cso = 0;  // ring offset of the stage being computed
+  for (int f = f_begin; f < f_end; ++f) {
+    prof.enter(S_WAIT);
+    cp_async_wait<S - 2>();
+    __syncthreads();
+    prof.exit(S_WAIT);
+    prof.enter(S_ISSUE);
+    pin(lw);
+    pin(ls);
+    if (f + S - 1 < f_end) issue();
+    cp_async_commit();
+    prof.exit(S_ISSUE);
+
+    prof.enter(S_COMPUTE);
+    const uint8_t *st = stages + cso;
+#ifndef LOWBIT_SASS_STEADY
+    const uint32_t fmask = (tab_sm[it] >> 20) & 0xFF;
+#else
+    const uint32_t fmask = 1u << (CHUNKS - 1);  // one group flush per stage (group = KSTEP)
+#endif
+    const uint8_t *ssm = st + wbytes + warp * p.slots * SB;
+    const uint8_t *xsm = st + wbytes + sbytes;
+    uint32_t w[4 * VEC];
+    const uint4 *wsm = reinterpret_cast<const uint4 *>(st + warp * (32 * VEC * 16));
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) {
+      const uint4 q = wsm[v * 32 + lane];
+      w[4 * v] = q.x, w[4 * v + 1] = q.y, w[4 * v + 2] = q.z, w[4 * v + 3] = q.w;
+    }
+    int sidx = 0;
+#pragma unroll
+    for (int kg = 0; kg < CHUNKS; ++kg) {
+      uint32_t bx[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int row = mt * 8 + g;
+        if (row < p.MX) {
+          const uint4 q = *reinterpret_cast<const uint4 *>(xsm + row * XROW + kg * 64 + t * 16);
+          bx[mt][0] = q.x, bx[mt][1] = q.y, bx[mt][2] = q.z, bx[mt][3] = q.w;
+        } else {
+          bx[mt][0] = bx[mt][1] = bx[mt][2] = bx[mt][3] = 0u;
+        }
+      }
+      uint32_t a[16];
+      R::deq(&w[kg * BITS], a, magic);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const int i0 = (2 * r + nt) * 4;
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+            mma16816<WB>(acc[nt][mt], a[i0], a[i0 + 1], a[i0 + 2], a[i0 + 3], bx[mt][2 * r], bx[mt][2 * r + 1]);
+        }
+        if constexpr (R::ZERO) {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) mma16816<WB>(xs[mt], one, one, one, one, bx[mt][2 * r], bx[mt][2 * r + 1]);
+        }
+      }
+      if ((fmask >> kg) & 1) {
+        flush(ssm + sidx * SB);
+        ++sidx;
+      }
+    }
+    prof.exit(S_COMPUTE);
+
+#ifndef LOWBIT_SASS_STEADY  // (defined only by native/sass.py to count the steady-state loop)
+    if (it == p.iters - 1 || f == f_end - 1) {  // end of this block's piece of n-block nb
+      prof.enter(S_OUTPUT);
+      if (!((fmask >> (CHUNKS - 1)) & 1)) flush(ssm + sidx * SB);  // the last group is open: its partial sum
+      const int n0 = nb * BN + warp * 32 + g;
+      if (!XS && seg_start == 0 && it == p.iters - 1) {  // the whole n-block: store y directly
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int n = n0 + nt * 16 + (e >> 1) * 8, m = mt * 8 + 2 * t + (e & 1);
+              if (m < p.M && n < p.N) yo[(size_t)m * p.N + n] = f32_to_act<OB>(total[nt][mt][e]);
+            }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int n = n0 + nt * 16 + (e >> 1) * 8, m = mt * 8 + 2 * t + (e & 1);
+              if (m < p.MX && n < p.N) {
+                const int mo = (XS && m >= p.M) ? m - p.M : m;
+                atomicAdd(p.y32 + (size_t)mo * p.Npad + n, total[nt][mt][e]);
+              }
+            }
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) {
+          const int len = it - seg_start + 1;
+          last_flag = (atomicAdd(p.counters + nb, len) + len == p.iters);
+        }
+        __syncthreads();
+        if (last_flag) {  // every piece of this n-block has landed: convert, re-zero
+          __threadfence();
+          for (int q = tid; q < p.M * BN; q += THREADS) {
+            const int m = q / BN, n = nb * BN + (q % BN);
+            if (n < p.N) {
+              float *src = p.y32 + (size_t)m * p.Npad + n;
+              yo[(size_t)m * p.N + n] = f32_to_act<OB>(__ldcg(src));
+              *src = 0.f;
+            }
+          }
+          if (tid == 0) p.counters[nb] = 0;
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) total[nt][mt][e] = 0.f;
+      prof.exit(S_OUTPUT);
+    }
+#endif
+    if (++it == p.iters) {
+      it = 0;
+      ++nb;
+      seg_start = 0;
+    }
+    cso = (cso + stage_bytes == ring_bytes) ? 0 : cso + stage_bytes;
+  }
+  cp_async_wait<0>();
+#ifdef LOWBIT_SASS_STEADY  // keep the accumulation live without the output code
+  {
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sum += total[nt][mt][e] + acc[nt][mt][e];
+    p.y32[tid] = sum;
+    (void)yo;
+    (void)last_flag;
+  }
+#endif
+  prof.end();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dequantize (prefill path): packed words of n-blocks [nb0, nb0 + gridDim.y) -> W^T rows
+// [(nb - nb0)*256 + n][K] in the output dtype, w = (value - z) * s rounded once.
+// grid = (iters, n-blocks), 256 threads.
+template <class R, bool OB>
+__global__ void __launch_bounds__(THREADS) lowbit_dequant_kernel(const __grid_constant__ DequantParams p) {
+  constexpr int BITS = R::BITS, KSTEP = R::KSTEP, CHUNKS = KSTEP / KG, VEC = CHUNKS * BITS / 4;
+  const int it = blockIdx.x, nb = p.nb0 + blockIdx.y;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const uint4 *src = static_cast<const uint4 *>(p.wq) + ((size_t)(nb * p.iters + it) * WARPS + warp) * (32 * VEC);
+  uint32_t w[4 * VEC];
+#pragma unroll
+  for (int v = 0; v < VEC; ++v) {
+    const uint4 q = __ldg(src + v * 32 + lane);
+    w[4 * v] = q.x, w[4 * v + 1] = q.y, w[4 * v + 2] = q.z, w[4 * v + 3] = q.w;
+  }
+  const uint16_t *sc = reinterpret_cast<const uint16_t *>(p.scales);
+  const uint16_t *zp = reinterpret_cast<const uint16_t *>(p.zeros);
+  uint16_t *out = reinterpret_cast<uint16_t *>(p.out);
+#pragma unroll
+  for (int kg = 0; kg < CHUNKS; ++kg) {
+    uint32_t a[16];
+    R::deq(&w[kg * BITS], a, p.magic);
+    const int k0 = it * KSTEP + kg * KG + 8 * t;
+    if (k0 >= p.K) continue;
+    const int grp = k0 / p.group;  // group % 8 == 0: the 8 k of this thread share the group
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int jn = 0; jn < 2; ++jn) {
+        const int n = nb * BN + warp * 32 + nt * 16 + jn * 8 + g;
+        if (n >= p.N) continue;
+        const size_t si = (size_t)grp * p.N + n;
+        const float s = lo_f32<OB>(sc[si]);
+        const float z = R::ZERO ? lo_f32<OB>(zp[si]) : 0.f;
+        // k0 + {0,1}: pair (r=0, jk=0), {2,3}: (0,1), {4,5}: (1,0), {6,7}: (1,1); pair i = 8r + 4nt + 2jk + jn
+        uint32_t o[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const uint32_t v = a[8 * (q >> 1) + 4 * nt + 2 * (q & 1) + jn];
+          o[q] = pack2_act<OB>((lo_f32<R::BF16>(v) - z) * s, (hi_f32<R::BF16>(v) - z) * s);
+        }
+        *reinterpret_cast<uint4 *>(out + (size_t)(n - p.nb0 * BN) * p.K + k0) = make_uint4(o[0], o[1], o[2], o[3]);
+      }
+  }
+}
+
+// f16 x [M][K] -> bf16 [2M][K]: rows 0..M-1 = hi = bf16(x), rows M..2M-1 = lo = bf16(x - hi) (exact)
+__global__ void __launch_bounds__(THREADS) xsplit_kernel(const __half *x, __nv_bfloat16 *out, int n_elem) {
+  const int i = blockIdx.x * THREADS + threadIdx.x;
+  if (i < n_elem) {
+    const float v = __half2float(x[i]);
+    const __nv_bfloat16 hi = __float2bfloat16_rn(v);
+    out[i] = hi;
+    out[n_elem + i] = __float2bfloat16_rn(v - __bfloat162float(hi));
+  }
+}
+
+}  // namespace lowbit

@@ -1,0 +1,86 @@
+// lowbit_launch.cuh -- host launchers of the native low-bit kernels, one set per recipe.
+// Which variants are built (everything else returns -1):
+//   f16 recipes:  gemv MT = 1 (M <= 8), 2 (M <= 16), f16 out; instrumented MT = 1, 2 where R::PROF
+//   bf16 recipes: gemv MT = 2, bf16 out; XSPLIT recipes also f16 out with x split, MT = 2 (M <= 8), 4 (M <= 16)
+//   dequantize:   output in the recipe's dtype; XSPLIT recipes also f16
+#pragma once
+#include <cuda_runtime.h>
+#include "lowbit_kernel.cuh"
+#include "lowbit_recipes.cuh"
+
+namespace lowbit {
+
+template <class R, int MT, bool OB, bool XS, bool PROF>
+int launch_gemv(const GemvParams &p, int sms, cudaStream_t s, int grid, int *grid_used) {
+  auto k = lowbit_gemv_kernel<R, MT, OB, XS, PROF>;
+  const int smem = gemv_smem_bytes(R::BITS, R::ZERO, p.MX, p.slots, p.iters);
+  static int attr_smem = 0, occ_smem = -1, occ = 0;  // per instantiation (one device per process)
+  if (smem > attr_smem) {
+    const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return (int)e;
+    attr_smem = smem;
+  }
+  if (occ_smem != smem) {
+    const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, THREADS, smem);
+    if (e != cudaSuccess) return (int)e;
+    occ_smem = smem;
+  }
+  if (occ < 1) return (int)cudaErrorInvalidConfiguration;
+  const int T = p.nblocks * p.iters;
+  int g = grid > 0 ? grid : sms * occ;
+  if (g > T) g = T;
+  if (grid_used) *grid_used = g;
+  GemvParams q = p;
+  q.magic = R::MAGIC;
+  k<<<g, THREADS, smem, s>>>(q);
+  return (int)cudaGetLastError();
+}
+
+template <class R>
+int gemv_dispatch(int mt, bool ob, bool xs, bool prof, const GemvParams &p, int sms, cudaStream_t s, int grid,
+                  int *used) {
+  if constexpr (R::BF16) {
+    if (!xs && ob && !prof && mt == 2) return launch_gemv<R, 2, true, false, false>(p, sms, s, grid, used);
+    if constexpr (R::XSPLIT) {
+      if (xs && !ob && !prof && mt == 2) return launch_gemv<R, 2, false, true, false>(p, sms, s, grid, used);
+      if (xs && !ob && !prof && mt == 4) return launch_gemv<R, 4, false, true, false>(p, sms, s, grid, used);
+    }
+  } else {
+    if (!xs && !ob && !prof) {
+      if (mt == 1) return launch_gemv<R, 1, false, false, false>(p, sms, s, grid, used);
+      if (mt == 2) return launch_gemv<R, 2, false, false, false>(p, sms, s, grid, used);
+    }
+    if constexpr (R::PROF) {
+      if (!xs && !ob && prof && mt == 1) return launch_gemv<R, 1, false, false, true>(p, sms, s, grid, used);
+      if (!xs && !ob && prof && mt == 2) return launch_gemv<R, 2, false, false, true>(p, sms, s, grid, used);
+    }
+  }
+  return -1;
+}
+
+template <class R>
+int dequant_dispatch(bool ob, const DequantParams &p, int nblk, cudaStream_t s) {
+  const dim3 grid(p.iters, nblk);
+  DequantParams q = p;
+  q.magic = R::MAGIC;
+  if (ob == R::BF16) {
+    lowbit_dequant_kernel<R, R::BF16><<<grid, THREADS, 0, s>>>(q);
+    return (int)cudaGetLastError();
+  }
+  if constexpr (R::XSPLIT) {
+    lowbit_dequant_kernel<R, false><<<grid, THREADS, 0, s>>>(q);
+    return (int)cudaGetLastError();
+  }
+  return -1;
+}
+
+}  // namespace lowbit
+
+#define LOWBIT_DEFINE(R)                                                                                      \
+  int lowbit_gemv_##R(int mt, bool ob, bool xs, bool prof, const lowbit::GemvParams &p, int sms, void *s,      \
+                      int grid, int *used) {                                                                  \
+    return lowbit::gemv_dispatch<lowbit::R>(mt, ob, xs, prof, p, sms, static_cast<cudaStream_t>(s), grid, used); \
+  }                                                                                                           \
+  int lowbit_dequant_##R(bool ob, const lowbit::DequantParams &p, int nblk, void *s) {                        \
+    return lowbit::dequant_dispatch<lowbit::R>(ob, p, nblk, static_cast<cudaStream_t>(s));                    \
+  }

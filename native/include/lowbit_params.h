@@ -1,0 +1,39 @@
+// lowbit_params.h -- launch parameters and host entry points of the native low-bit kernels
+// (plain C++: included by the CUDA sources and by bindings.cpp).
+#pragma once
+#include <cstdint>
+
+namespace lowbit {
+
+struct GemvParams {
+  const void *wq;          // [nblocks][iters][WARPS][BITS][32 lanes] x 16 bytes (native/lowbit_layout.py)
+  const void *sc;          // [nblocks][WARPS][ngroups][SB bytes] scales (+ zero points)
+  const uint32_t *stab;    // [iters]: first group | groups in stage << 16 | flush mask << 20
+  const void *x;           // [MX][K] activations (f16 / bf16; with xsplit bf16 hi rows then lo rows)
+  void *y;                 // [M][N] output (activation dtype)
+  float *y32;              // [M][Npad] f32 workspace, all zero between launches
+  int *counters;           // [nblocks], all zero between launches
+  int M, MX, K, N, Npad, iters, nblocks, ngroups, slots;  // slots: scale groups staged per warp (1 or 4)
+  uint32_t *prof;          // instrumentation buffer (instrumented instantiations only)
+  uint32_t prof_cap;
+  uint32_t magic;          // the recipe's MAGIC (set by the launcher)
+};
+
+struct DequantParams {
+  const void *wq;
+  const void *scales;      // [ngroups][N] activation dtype (QuantizedWeight layout)
+  const void *zeros;       // same (uint formats) or nullptr
+  void *out;               // [(nb1 - nb0) * 256][K] activation dtype: W^T rows of n-blocks nb0..nb1-1
+  int K, N, iters, nb0, group;  // group: k per scale group (K for per channel)
+  uint32_t magic;          // the recipe's MAGIC (set by the launcher)
+};
+
+}  // namespace lowbit
+
+// Host entry points (native/kernels/lowbit_dispatch.cu). Return 0, a cudaError_t, or -1 when the
+// recipe / variant combination was not built. `recipe` is e.g. "f16_u4" (native/lowbit_layout.py).
+int native_lowbit_gemv(const char *recipe, int mt, int out_bf16, int xsplit, int prof, const lowbit::GemvParams *p,
+                       int sms, void *stream, int grid, int *grid_used);
+int native_lowbit_dequant(const char *recipe, int out_bf16, const lowbit::DequantParams *p, int nblk, void *stream);
+int native_lowbit_xsplit(const void *x, void *out, int n_elem, void *stream);
+int native_lowbit_smem_bytes(const char *recipe, int MX, int slots, int iters);
