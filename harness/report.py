@@ -355,6 +355,12 @@ def build_main(results_dir: Path, out: Path | None = None) -> tuple[Path, Failur
         parts.append("\nResult files that could not be read (skipped):\n\n" + "\n".join(f"- {w}" for w in warnings) + "\n")
     if claims is not None:
         parts.append(_claims_section(claims))
+        covered = {e for es in claims["experiments"] for e in es.split(", ")}
+        bare = [n for n in names if figure_of(n)[0] != "-" and n not in covered]
+        if bare:
+            parts.append("\nExperiments of a paper figure with no claim above (the paper's abstract and artifact "
+                         "state no number for them; their figures are shown below): "
+                         + ", ".join(f"`{n}`" for n in bare) + ".\n")
     parts.append(_environment(df, paper_dir))
     idx = []
     for name in names:

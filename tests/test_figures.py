@@ -121,7 +121,6 @@ def _tilus(tmp_path):
 
 def test_the_report_is_deterministic(tmp_path):
     """Same CSVs, same bytes: REPORT.md, claims.csv and every PNG/PDF, built twice."""
-    _gemm(tmp_path)
     _tilus(tmp_path)
     _paper(tmp_path)
     first = {}
