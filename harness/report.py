@@ -260,6 +260,16 @@ def _clean(fig_dir: Path) -> None:
         old.unlink()
 
 
+def _demote(md: str) -> str:
+    """Headings one level down (outside code fences)."""
+    out, fenced = [], False
+    for ln in md.splitlines():
+        if ln.lstrip().startswith("```"):
+            fenced = not fenced
+        out.append("#" + ln if ln.startswith("#") and not fenced else ln)
+    return "\n".join(out)
+
+
 def _section(name: str, d: pd.DataFrame, fig_dir: Path, paper_dir: Path, claims: pd.DataFrame | None,
              failures: Failures, cpu: bool) -> list[str]:
     pub, art = figure_of(name)
@@ -268,7 +278,9 @@ def _section(name: str, d: pd.DataFrame, fig_dir: Path, paper_dir: Path, claims:
         parts.append(f"{pub}; the artifact's {art}.\n")
     readme = ROOT / "experiments" / name / "README.md"
     if readme.exists() and not cpu:
-        parts.append(readme.read_text().split("\n", 1)[1].strip() + "\n")
+        body = readme.read_text().split("\n", 1)[1].strip()
+        # the README's own headings become subsections of this experiment's section
+        parts.append(_demote(body) + "\n")
     if d.empty:
         parts.append("\n**No GPU results are committed for this experiment yet.**\n" if not cpu else
                      "\n_no CPU rows_\n")
