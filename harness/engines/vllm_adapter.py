@@ -110,6 +110,7 @@ def measure_vllm(card: ModelCard, prec: Precision, phase: str, batch: int, seq_l
                  repeats: int = 5, decode_steps: int = 16, device: str = "cpu", check: bool = False, seed: int = 0,
                  memory_fraction: float | None = None) -> VllmResult:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")   # engine in this process: no spawn
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")           # as the artifact set its vllm logger
     try:
         import vllm
         from vllm import LLM, SamplingParams
