@@ -50,9 +50,26 @@ def test_moe_card_adapts_its_expert_parameters():
     assert wl.check()["lora_moved"] > 0
 
 
+@pytest.fixture
+def restore_transformers():
+    """liger-kernel patches module globals of transformers (e.g. apply_rotary_pos_emb): undo it after the test."""
+    import importlib
+
+    from harness.engines.measure import PRELOAD
+    for m in PRELOAD:                       # the paper's architectures, imported before the snapshot
+        importlib.import_module(m)
+    saved = {n: dict(vars(m)) for n, m in list(sys.modules.items()) if n.startswith("transformers.models.")}
+    yield
+    for n, d in saved.items():
+        mod = sys.modules[n]
+        for k, v in d.items():
+            if vars(mod).get(k) is not v:
+                setattr(mod, k, v)
+
+
 @pytest.mark.parametrize("name,expect", [("llama3_1_8b", "swiglu"), ("gemma3_4b", "geglu"), ("phi3_5_mini", "swiglu"),
                                          ("qwen3_30b_a3b", "rms_norm"), ("gpt_oss_20b", "rope")])
-def test_liger_patches_every_paper_architecture(name, expect):
+def test_liger_patches_every_paper_architecture(name, expect, restore_transformers):
     """liger-kernel's Triton kernels cannot run on the CPU, but patching them into each card's model (what
     the GPU runs do) is checked here: the ops are patched and the LoRA wrapping still finds its targets."""
     pytest.importorskip("liger_kernel")

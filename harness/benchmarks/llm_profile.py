@@ -35,7 +35,7 @@ WORKLOADS = ("train", "infer")
 PHASE = {"train": "step", "infer": "prefill+decode"}
 # knobs of each workload and their defaults (the experiment's params.train / params.infer override them)
 DEFAULTS = {
-    "train": dict(batch=2, seq_len=256, grad_accum=4, warmup=2, lora_r=8, lora_alpha=8, grad_ckpt=True,
+    "train": dict(batch=2, seq_len=256, grad_accum=4, warmup=1, lora_r=8, lora_alpha=8, grad_ckpt=True,
                   lr=2e-4, weight_decay=0.01, max_grad_norm=0.3),
     "infer": dict(batch=1, seq_len=256, decode_tokens=32, warmup=1),
 }

@@ -251,6 +251,7 @@ def serve() -> int:
     import importlib
     import select
     import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)      # Ctrl-C is the caller's: it closes our stdin, we stop
     extra = PRELOAD_EXTRA if os.environ.get("HARNESS_MEASURE_PRELOAD", "full") == "full" else []
     for m in PRELOAD + extra:
         try:
@@ -287,16 +288,22 @@ def serve() -> int:
             chunks.append(b)
         os.close(r)
         _, st = os.waitpid(pid, 0)
-        data = b"".join(chunks)
-        if data:
-            res = json.loads(data)
+        try:
+            res = json.loads(b"".join(chunks))
+        except ValueError:
+            res = None
+        if res is not None:
+            pass
         elif time.monotonic() >= deadline:
             res = {"status": "timeout", "phase": "unknown", "error": f"no result within {req['timeout_s']:g} s"}
         else:
             how = f"signal {os.WTERMSIG(st)}" if os.WIFSIGNALED(st) else f"exit code {os.WEXITSTATUS(st)}"
             res = {"status": "error", "phase": "unknown", "error": f"measurement process died without a result ({how})"}
-        out.write(RESULT_MARK + json.dumps(res) + "\n")
-        out.flush()
+        try:
+            out.write(RESULT_MARK + json.dumps(res) + "\n")
+            out.flush()
+        except BrokenPipeError:                         # the caller is gone
+            return 0
     return 0
 
 
