@@ -78,13 +78,13 @@ class ProtonProfiler(NoProfiler):
 
 def hatchet_kernel_launches(db) -> int:
     """Kernel launches in a Proton tree: the `count` of every node that carries kernel metrics
-    (Proton puts `device_id`/`device_type` on kernel nodes; context frames carry none)."""
+    (`time (ns)`, `device_id`, `device_type` on kernel nodes; context frames carry none)."""
     total = 0
     stack = [n for n in (db if isinstance(db, list) else [db]) if isinstance(n, dict) and "frame" in n]
     while stack:
         node = stack.pop()
         m = node.get("metrics", {})
-        if "count" in m and ("device_id" in m or "device_type" in m):
+        if "count" in m and ("time (ns)" in m or "device_id" in m or "device_type" in m):
             total += int(m["count"])
         stack.extend(node.get("children", []))
     return total
