@@ -60,3 +60,16 @@ def side_by_side(ours: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
     p.columns = [f"paper ({pg}): {PAPER_LABEL.get(c, c)}" for c in p.columns]
     return p.join(o, how="outer").reset_index()
 
+
+
+def tilus_prefill_note(rows) -> str:
+    """What our Tilus kernel ran at these rows' M, read from their impl_config (a prefill path says 'prefill:')."""
+    cfg = [str(c) for c in rows["impl_config"].dropna()]
+    if not cfg:
+        return ""
+    pre = sum(c.startswith("prefill") for c in cfg)
+    if pre == len(cfg):
+        return f"our kernel in Tilus 0.2.0 ran its prefill path there ({cfg[0]})"
+    if pre == 0:
+        return "our kernel in Tilus 0.2.0 ran its decode kernel there (its impl_config records no prefill path)"
+    return f"our kernel in Tilus 0.2.0 ran its prefill path at {pre} of {len(cfg)} of these points"

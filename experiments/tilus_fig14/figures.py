@@ -4,7 +4,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 
-from experiments.speedup import paper_speedups, side_by_side, speedups
+from experiments.speedup import paper_speedups, side_by_side, speedups, tilus_prefill_note
 from harness.figures import (comparison, figure, finding, impl_color, impl_label, order_impls, paper_dir, span,
                              table, title_and_legend)
 
@@ -123,8 +123,9 @@ def findings(df):
         if len(tri):
             out.append(f"{impl_label('triton')} is within 10% of cuBLAS f16 (>= 0.90x) at {int((tri >= 0.9).sum())} of "
                        f"{len(tri)} prefill points (it dequantizes once and calls cuBLAS there).")
-        if (big["impl"] == "tilus").any():
-            out.append(f"{impl_label('tilus')} has no prefill configuration: it runs its decode kernel at every M.")
+        note = tilus_prefill_note(big[big["impl"] == "tilus"])
+        if note:
+            out.append(note[:1].upper() + note[1:] + ".")
     p = paper_speedups(paper_dir(df), 14)
     pt = p[(p["impl"] == "tilus") & (p["M"] >= 2048)]["speedup"]
     if len(pt):
