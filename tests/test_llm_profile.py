@@ -109,6 +109,17 @@ def test_measure_times_both_regions_and_counts_the_torch_trace(tmp_path):
     assert res["finalize_s"] > 0 and res["stack"] == "hf+peft"
 
 
+def test_plain_subprocess_launcher_returns_the_same_result(tmp_path):
+    """The fallback (and nsys') way: `python -m harness.engines.measure '<spec>'` in a new interpreter."""
+    from harness.engines.measure import run_isolated
+    card = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "model" / "tinyllama_1_1b.yaml"))
+    spec = dict(card=card, tiny=True, layers=1, dtype="f32", device="cpu", workload="infer", batch=1, seq_len=8,
+                knobs={"decode_tokens": 2, "warmup": 0}, units=2, target_s=1.0, out_dir=str(tmp_path), stem="none")
+    res = run_isolated(spec, launcher="subprocess", timeout_s=120)
+    assert res["status"] == "ok", res
+    assert res["launcher"] == "subprocess" and res["units"] == 2 and res["check"]["decode_rel_err"] < 1e-4
+
+
 def test_a_failing_measurement_is_a_status_not_a_crash(tmp_path):
     card = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "model" / "tinyllama_1_1b.yaml"))
     res = measure_safely(dict(card=card, tiny=True, layers=1, dtype="f32", device="cpu", workload="train", batch=1,
