@@ -64,7 +64,7 @@ def side_by_side(ours: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
 
 def tilus_prefill_note(rows) -> str:
     """What our Tilus kernel ran at these rows' M, read from their impl_config (a prefill path says 'prefill:')."""
-    cfg = [str(c) for c in rows["impl_config"].dropna()]
+    cfg = [str(c) for c in rows["impl_config"].dropna()] if "impl_config" in rows else []
     if not cfg:
         return ""
     pre = sum(c.startswith("prefill") for c in cfg)

@@ -433,7 +433,9 @@ def _fig14_speedup(ev: Evidence, spec: ClaimSpec, dtypes: tuple[str, ...], Ms: t
            f"on {ev.where(exp)}: {s['speedup'].min():.2f}-{s['speedup'].max():.2f}x; the paper's Tilus on "
            f"{paper_where(spec.paper_gpu)}: {p['speedup'].min():.2f}-{p['speedup'].max():.2f}x")
     if Ms == PREFILL_M:
-        why += "; our Tilus kernel runs its decode (mma) kernel at every M, it has no prefill path"
+        from experiments.speedup import tilus_prefill_note
+        note = tilus_prefill_note(s)
+        why += f"; {note}" if note else ""
     return Outcome(geomean(s["speedup"]), paper_value=paper, why=why)
 
 
