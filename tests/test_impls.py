@@ -75,7 +75,8 @@ def test_env_key():
             return "missing"
     assert impls.env_key("gemlite") == f"gemlite={ver('gemlite')}"
     assert impls.env_key("tilus") == f"tilus={ver('tilus')};apache-tvm-ffi={ver('apache-tvm-ffi')}"
-    assert impls.env_key("marlin") == f"marlin-kernels-dense={ver('marlin-kernels-dense')}"
+    assert impls.env_key("marlin") == (f"marlin-kernels-dense={ver('marlin-kernels-dense')};"
+                                        f"marlin-kernels={ver('marlin-kernels')}")
     assert impls.env_key("triton") == impls.env_key("cublas") == impls.env_key("triton_plain") == ""
     assert impls.env_key("no_such_kernel") == ""
 

@@ -10,8 +10,9 @@ the harness job down.
 
 * marlin: the dense Marlin kernel (IST-DASLab; the paper's "Marlin") as shipped in the
   marlin-kernels 0.2.0 source distribution, built for torch 2.11+cu130 / sm_90 by
-  ``build_marlin.py`` into the ``marlin-kernels-dense`` wheel; weights repacked by
-  ``marlin_pack`` (ours). i4 (w = (u - 8) * s), group 128 or per channel, f16.
+  ``build_marlin.py`` into the ``marlin-kernels-dense`` wheel (or marlin-kernels 0.2.0 installed
+  from source where an index is); weights repacked by ``marlin_pack`` (ours). i4 (w = (u - 8) * s),
+  group 128 or per channel, f16.
 * quantllm: QuantLLM / FP6-LLM's kernel as torchao's ``quant_llm_linear`` (torchao 0.8-0.15; it
   was removed in 0.16), whose binary is built for CUDA 12 and torch <= 2.9: loaded with
   libcudart.so.12 (nvidia-cuda-runtime-cu12) and a one-function shim for the one c10 symbol whose
@@ -162,6 +163,7 @@ def marlin_pack(u: torch.Tensor, s: torch.Tensor, group_size: int):
 
 
 def _marlin_dense(qw, act_dtype, probe=True):
+    """Our build of the marlin-kernels 0.2.0 dense kernel (build_marlin.py): torch.ops.marlin_dense.gemm."""
     if _version("marlin-kernels-dense") is None:
         raise RouteFailed("not installed (build_marlin.py builds it: the marlin-kernels 0.2.0 sdist's dense "
                           "Marlin kernel for torch 2.11+cu130, sm_90)")
@@ -172,6 +174,26 @@ def _marlin_dense(qw, act_dtype, probe=True):
         import marlin_kernels_dense  # noqa: F401  (loads the op library)
     except Exception as e:
         raise RouteFailed(f"loading the op library: {type(e).__name__}: {e}") from None
+    return _marlin_with(qw, torch.ops.marlin_dense.gemm,
+                        f"marlin-kernels-dense {_version('marlin-kernels-dense')} (dense Marlin, auto thread tiles)")
+
+
+def _marlin_kernels(qw, act_dtype, probe=True):
+    """marlin-kernels installed from its sdist on a machine with an index (0.2.0 builds marlin_gemm)."""
+    v = _version("marlin-kernels")
+    if v is None:
+        raise RouteFailed("not installed (source distributions only: 0.2.0 builds at install with an index "
+                          "and a CUDA toolkit; 0.3.x's hold no CUDA sources)")
+    try:
+        import marlin_kernels
+        op = marlin_kernels.marlin_gemm
+    except Exception as e:
+        raise RouteFailed(f"marlin-kernels {v}: no marlin_gemm ({type(e).__name__}: {e})") from None
+    _need_cuda()
+    return _marlin_with(qw, op, f"marlin-kernels {v} marlin_gemm (dense Marlin, auto thread tiles)")
+
+
+def _marlin_with(qw, op, config):
     from kernels.lowbit.formats import codes_of
 
     dev = torch.device("cuda")
@@ -180,13 +202,12 @@ def _marlin_dense(qw, act_dtype, probe=True):
     u = signed_codes(codes_of(qw), 4) + 8          # i4 q in -7..7 -> Marlin's u = q + 8
     B, s = marlin_pack(u, qw.scales.to(torch.float16), qw.group_size)
     workspace = torch.zeros(N // 128 * 16, dtype=torch.int32, device=dev)
-    op = torch.ops.marlin_dense.gemm
 
     def run(x):
         check_x(x, torch.float16, K)
         return op(x.contiguous(), B, s, workspace, x.shape[0], N, K)
 
-    run.config = f"marlin-kernels-dense {_version('marlin-kernels-dense')} (dense Marlin, auto thread tiles)"
+    run.config = config
     return _first_call(run, K, "marlin")
 
 
@@ -308,11 +329,10 @@ def bitblas_supports(case):
 _OVER = "over what can travel to the GPU machine (64 MiB in all, the checkout included)"
 ROUTES = {
     "marlin": [
-        Route("marlin-kernels 0.2.0 dense Marlin built for torch 2.11", _marlin_dense),
+        Route("marlin-kernels-dense (marlin-kernels 0.2.0 source built for torch 2.11)", _marlin_dense),
+        Route("marlin-kernels", _marlin_kernels),
         Route("marlin (IST-DASLab)", module="marlin",
               why_absent="not on the package index (PyPI's 'marlin' is an unrelated redis REST API)"),
-        Route("marlin-kernels 0.3.x", module="marlin_kernels",
-              why_absent="source distributions only, and 0.3.x's hold no CUDA sources"),
         Route("gptqmodel", module="gptqmodel",
               why_absent="source distributions only (7.7.0: 1.6 MB): its CUDA extensions compile at install, "
                          "which needs a package index"),
@@ -349,7 +369,7 @@ def _make_prepare(name):
 
 
 prepare_marlin = register("marlin", supports=marlin_supports, tolerance=TOLERANCE,
-                          packages=("marlin-kernels-dense",))(_make_prepare("marlin"))
+                          packages=("marlin-kernels-dense", "marlin-kernels"))(_make_prepare("marlin"))
 prepare_quantllm = register("quantllm", supports=quantllm_supports, tolerance=TOLERANCE,
                             packages=("torchao", "nvidia-cuda-runtime-cu12"))(_make_prepare("quantllm"))
 prepare_bitblas = register("bitblas", supports=bitblas_supports, tolerance=TOLERANCE,

@@ -15,7 +15,8 @@ quantization; the paper's "Triton" bars are that design. This kernel follows it:
   (in the Triton interpreter bf16 tiles are dequantized and multiplied in f32, rounded to bf16
   first: its bf16 arithmetic is wrong);
 * no split-K, no layout tricks; its own autotune space (``TUNING_SPACE``, a standard Triton
-  matmul list like the artifact's), timed with the caller's timer once per batch size.
+  matmul list like the artifact's; the first ``tune_per_path`` tiles fit for the batch size), timed
+  with the caller's timer once per batch size.
 
 Our optimized Triton kernel is ``triton`` (kernels/lowbit). Pure compute, no harness imports.
 """
@@ -37,18 +38,19 @@ GROUP_M = 8
 MIN_BK = 32
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
-# (BM, BN, BK, num_warps, num_stages): decode tiles (x padded to 16/32 rows) and GEMM tiles
+# (BM, BN, BK, num_warps, num_stages), in the order they are tried: decode tiles (x padded to 16 or
+# 32 rows), then GEMM tiles, likelier first
 TUNING_SPACE = [
-    (16, 64, 128, 4, 4),
     (16, 128, 64, 4, 4),
+    (16, 64, 128, 4, 4),
     (16, 256, 64, 8, 3),
-    (32, 64, 128, 4, 4),
     (32, 128, 64, 4, 4),
-    (64, 128, 32, 4, 4),
-    (64, 256, 32, 8, 3),
-    (128, 128, 32, 8, 3),
+    (32, 64, 128, 4, 4),
     (128, 256, 32, 8, 3),
+    (128, 128, 32, 8, 3),
     (256, 128, 32, 8, 3),
+    (64, 256, 32, 8, 3),
+    (64, 128, 32, 4, 4),
 ]
 
 
@@ -145,11 +147,11 @@ def pack_words(qw) -> torch.Tensor:
 
 
 def candidates(M: int, K: int, group: int) -> list:
-    """The tuning space for batch size M: tiles no taller than the padded batch (>= 16, x2), BK
-    dividing K and the group."""
-    top = 2 * max(16, triton.next_power_of_2(M))
+    """The tuning space for batch size M: tiles as tall as the padded batch up to twice that
+    (decode: 16-32 rows; M >= 64: 64-256 rows), BK dividing K and the group."""
+    m = max(16, triton.next_power_of_2(M))
     valid = [c for c in TUNING_SPACE if K % c[2] == 0 and group % c[2] == 0]
-    return [c for c in valid if c[0] <= top] or valid[:1]
+    return [c for c in valid if min(m, 64) <= c[0] <= 2 * m] or valid[:1]
 
 
 def config_str(c) -> str:
@@ -172,9 +174,10 @@ def launch(x, words, scales, zeros, fmt, group_size, cfg, y=None):
 
 
 @register(NAME, supports=supports, tolerance=TOLERANCE)
-def prepare_triton_plain(qw, act_dtype, M=1, seconds=None, **hints):
-    """Pack the words once; tune over ``candidates`` with the caller's ``seconds`` timer for
-    each batch size on its first call (none given, e.g. in the interpreter: the first candidate)."""
+def prepare_triton_plain(qw, act_dtype, M=1, seconds=None, tune_per_path=3, **hints):
+    """Pack the words once; tune over the first ``tune_per_path`` of ``candidates`` with the caller's
+    ``seconds`` timer for each batch size on its first call (no timer, e.g. in the interpreter: the
+    first candidate)."""
     act = act_dtype_of(act_dtype)
     K, N, fmt, g = qw.K, qw.N, qw.fmt, qw.group_size
     words = pack_words(qw)
@@ -184,7 +187,7 @@ def prepare_triton_plain(qw, act_dtype, M=1, seconds=None, **hints):
 
     def tune(x):
         m = x.shape[0]
-        cands = candidates(m, K, K if g == -1 else g)
+        cands = candidates(m, K, K if g == -1 else g)[:max(1, tune_per_path)]
         if seconds is None or len(cands) == 1:
             return cands[0]
         y = torch.empty(m, N, dtype=act, device=x.device)
