@@ -314,6 +314,7 @@ class LlmProfile:
               Metric("ready_s", r["ready_s"], "s"),
               Metric("process_s", r["process_s"], "s")]
         if p.profiler != "none":
+            ms.append(Metric("start_s", r["start_s"], "s", impl_config=cfg))
             ms.append(Metric("finalize_s", r["finalize_s"], "s", impl_config=cfg))
             if r.get("profile_bytes") is not None:
                 ms.append(Metric("profile_bytes", r["profile_bytes"], "B", impl_config=cfg))

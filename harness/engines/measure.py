@@ -10,8 +10,8 @@ the PyTorch profiler was 33-58% slower), so every measurement runs in a fresh pr
      process of the same point so that all regions are identical),
   4. times the unprofiled region: N units between two device synchronisations (the baseline,
      measured before any profiler touched the process),
-  5. starts the profiler, times the same N units, stops the clock, then finalizes the profiler
-     (stop + write/export; timed apart) and counts the bytes it wrote,
+  5. starts the profiler (timed apart: start_s), times the same N units, stops the clock, then
+     finalizes the profiler (stop + write/export; timed apart: finalize_s) and counts the bytes it wrote,
   6. optionally times N units once more, unprofiled (the slowdown a profiler leaves behind).
 
 `measure(spec) -> dict` does it in the current process; `run_isolated(spec)` runs it in a fresh
@@ -118,7 +118,9 @@ def measure(spec: dict) -> dict:
     prof = make_profiler(prof_spec["kind"], out_dir / spec.get("stem", "profile"), **prof_spec.get("options", {}))
     res["phase"] = "profiled"
     _sync(dev)
-    prof.start()
+    t = time.perf_counter()
+    prof.start()                                  # outside the region, as the paper's runners start it
+    res["start_s"] = time.perf_counter() - t
     res["region_s"] = time_units(wl.unit, n, dev)
     res["region_end_wall"] = time.time()
     res["phase"] = "finalize"
