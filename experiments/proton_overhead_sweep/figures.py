@@ -90,6 +90,6 @@ def breakdown(df):
 @table("Overhead, launch rate and finalize time per configuration", experiment=EXP)
 def summary(df):
     w = wide(df)
-    cols = [c for c in ("overhead", "baseline_cv", "launches_per_s", "finalize_s", "residual_slowdown",
+    cols = [c for c in ("overhead", "baseline_cv", "launches_per_s", "start_s", "finalize_s", "residual_slowdown",
                         "profile_bytes", "unit_s") if c in w]
     return w[["label", "shape", "profiler"] + cols].sort_values(["label", "shape", "profiler"])
