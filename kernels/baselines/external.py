@@ -64,7 +64,7 @@ def _version(dist):
 
 def _need_cuda():
     if not torch.cuda.is_available():
-        raise RouteFailed("installed, but no CUDA GPU is visible")
+        raise RouteFailed("no CUDA GPU visible")
     if torch.cuda.get_device_capability() < (8, 0):
         raise RouteFailed("needs compute capability >= 8.0")
 
@@ -74,10 +74,11 @@ def _absent(route):
     if route.module:
         try:
             importlib.import_module(route.module)
-        except Exception as e:      # ImportError or a broken install
-            raise RouteFailed(f"import {route.module}: {type(e).__name__}; {route.why_absent}") from None
-        raise RouteFailed(f"{route.module} imports, but no adapter is wired for it (untested API); "
-                          f"{route.why_absent}")
+        except ModuleNotFoundError:
+            raise RouteFailed(route.why_absent) from None
+        except Exception as e:      # a broken install
+            raise RouteFailed(f"import: {type(e).__name__}: {str(e)[:80]}; {route.why_absent}") from None
+        raise RouteFailed("imports, but no adapter is wired (untested API)")
     raise RouteFailed(route.why_absent)
 
 
@@ -95,7 +96,7 @@ def _probe(name: str, timeout: float = 300.0):
                                                       f"_probe_main({name!r})"],
                                capture_output=True, text=True, timeout=timeout, env=env)
             tail = (r.stdout + r.stderr).strip().splitlines()[-1:] or [f"exit {r.returncode}"]
-            _PROBED[name] = None if r.returncode == 0 else f"child process: exit {r.returncode}: {tail[0][:200]}"
+            _PROBED[name] = None if r.returncode == 0 else f"in a child process, exit {r.returncode}: {tail[0][-120:]}"
         except subprocess.TimeoutExpired:
             _PROBED[name] = f"child process timed out after {timeout:.0f}s"
     if _PROBED[name]:
@@ -165,8 +166,7 @@ def marlin_pack(u: torch.Tensor, s: torch.Tensor, group_size: int):
 def _marlin_dense(qw, act_dtype, probe=True):
     """Our build of the marlin-kernels 0.2.0 dense kernel (build_marlin.py): torch.ops.marlin_dense.gemm."""
     if _version("marlin-kernels-dense") is None:
-        raise RouteFailed("not installed (build_marlin.py builds it: the marlin-kernels 0.2.0 sdist's dense "
-                          "Marlin kernel for torch 2.11+cu130, sm_90)")
+        raise RouteFailed("not installed")
     _need_cuda()
     if probe:
         _probe("marlin")
@@ -182,8 +182,7 @@ def _marlin_kernels(qw, act_dtype, probe=True):
     """marlin-kernels installed from its sdist on a machine with an index (0.2.0 builds marlin_gemm)."""
     v = _version("marlin-kernels")
     if v is None:
-        raise RouteFailed("not installed (source distributions only: 0.2.0 builds at install with an index "
-                          "and a CUDA toolkit; 0.3.x's hold no CUDA sources)")
+        raise RouteFailed("not installed (sdist only)")
     try:
         import marlin_kernels
         op = marlin_kernels.marlin_gemm
@@ -249,7 +248,7 @@ def _load_torchao_ops():
     rt = importlib.util.find_spec("nvidia.cuda_runtime") if _version("nvidia-cuda-runtime-cu12") else None
     cudart = next(iter(Path(rt.submodule_search_locations[0], "lib").glob("libcudart.so.12*")), None) if rt else None
     if cudart is None:
-        raise RouteFailed("torchao's binary needs libcudart.so.12: nvidia-cuda-runtime-cu12 is not installed")
+        raise RouteFailed("needs libcudart.so.12: nvidia-cuda-runtime-cu12 not installed")
     ctypes.CDLL(str(cudart), mode=ctypes.RTLD_GLOBAL)
     torch_lib = Path(torch.__file__).parent / "lib"
     d = Path(tempfile.mkdtemp(prefix="c10shim"))
@@ -271,9 +270,9 @@ def _load_torchao_ops():
 def _torchao_quant_llm(qw, act_dtype, probe=True):
     v = _version("torchao")
     if v is None:
-        raise RouteFailed("not installed (torchao 0.8-0.15 carry quant_llm_linear; see WHEELS.md)")
+        raise RouteFailed("not installed (0.8-0.15 have quant_llm_linear)")
     if v.split("+")[0] not in _TORCHAO_QUANT_LLM:
-        raise RouteFailed(f"torchao {v} has no quant_llm_linear (removed in 0.16; 0.8-0.15 have it)")
+        raise RouteFailed(f"torchao {v} has none (removed in 0.16)")
     _need_cuda()
     if probe:
         _probe("quantllm")
@@ -326,28 +325,23 @@ def bitblas_supports(case):
 
 # ----------------------------------------------------------------------------- routes
 
-_OVER = "over what can travel to the GPU machine (64 MiB in all, the checkout included)"
-ROUTES = {
+ROUTES = {       # short reasons: an unavailable row's error (<= 300 characters) names every route
     "marlin": [
-        Route("marlin-kernels-dense (marlin-kernels 0.2.0 source built for torch 2.11)", _marlin_dense),
+        Route("marlin-kernels-dense", _marlin_dense),
         Route("marlin-kernels", _marlin_kernels),
-        Route("marlin (IST-DASLab)", module="marlin",
-              why_absent="not on the package index (PyPI's 'marlin' is an unrelated redis REST API)"),
-        Route("gptqmodel", module="gptqmodel",
-              why_absent="source distributions only (7.7.0: 1.6 MB): its CUDA extensions compile at install, "
-                         "which needs a package index"),
-        Route("sgl-kernel", module="sgl_kernel", why_absent=f"its wheels are 281-536 MB, {_OVER}"),
-        Route("vllm", module="vllm", why_absent=f"its wheels are hundreds of MB and pin their own torch, {_OVER}"),
-        Route("torchao", why_absent="torchao has only marlin_24_gemm (2:4 sparse weights) and marlin_qqq_gemm "
-                                    "(int8 activations), not the dense W4A16 Marlin"),
+        Route("IST marlin", module="marlin", why_absent="not on PyPI"),
+        Route("gptqmodel", module="gptqmodel", why_absent="sdist only (builds CUDA at install)"),
+        Route("sgl-kernel", module="sgl_kernel", why_absent="281-536 MB wheels"),
+        Route("vllm", module="vllm", why_absent="wheels of hundreds of MB"),
+        Route("torchao", why_absent="sparse/int8-activation Marlin only"),
     ],
     "quantllm": [
-        Route("torchao quant_llm_linear", _torchao_quant_llm),
-        Route("fp6_llm (usyd-fsalab)", module="fp6_llm", why_absent="not on the package index"),
+        Route("torchao", _torchao_quant_llm),
+        Route("fp6_llm", module="fp6_llm", why_absent="not on PyPI"),
     ],
     "bitblas": [
-        Route("bitblas package", module="bitblas",
-              why_absent=f"its wheels (0.0.1.dev2 .. 0.1.0.post1) are 57-92 MB, {_OVER}"),
+        Route("bitblas", module="bitblas",
+              why_absent="57-92 MB wheels, over the 64 MiB that travels to the GPU machine"),
     ],
 }
 
@@ -362,7 +356,7 @@ def _make_prepare(name):
                 return route.attempt(qw, act_dtype)
             except RouteFailed as e:
                 tried.append(f"{route.label}: {e}")
-        raise Unavailable(f"{name}: " + "; ".join(tried))
+        raise Unavailable(f"{name} (kernels/baselines/WHEELS.md): " + "; ".join(tried))
 
     prepare.__name__ = f"prepare_{name}"
     return prepare
