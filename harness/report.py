@@ -24,24 +24,12 @@ from .figures import (COMPARISONS, FIGURES, FINDINGS, IMPORT_FAILURES, TABLES, l
                       span)
 from .provenance import ROOT
 from .specs import GpuSpec
-from .store import _dedupe, load_experiment, read_csv, shard_files
+from .store import load_experiment_lenient
 
 NOT_EXPERIMENTS = {"paper", "figures", "checks"}
 
 
 # ---- reading rows ------------------------------------------------------------------------------------
-
-def _load_each(exp_dir: Path, warnings: list[str]) -> pd.DataFrame:
-    parts = []
-    for f in [*shard_files(exp_dir), exp_dir / "results.csv"]:
-        if not f.exists():
-            continue
-        try:
-            parts.append(read_csv(f))
-        except Exception as e:  # noqa: BLE001 - any unreadable file is skipped and named
-            warnings.append(f"skipping {_rel(f)}: {_one_line(e)}")
-    return _dedupe(pd.concat(parts, ignore_index=True)) if parts else pd.DataFrame()
-
 
 def load_rows(results_dir: Path, cpu: bool) -> tuple[pd.DataFrame, list[str]]:
     """Rows under results/<gpu>/<experiment>/ (cpu=False) or results/cpu/<experiment>/ (cpu=True),
@@ -51,10 +39,7 @@ def load_rows(results_dir: Path, cpu: bool) -> tuple[pd.DataFrame, list[str]]:
         g = exp_dir.parent.name
         if g in NOT_EXPERIMENTS or exp_dir.name in NOT_EXPERIMENTS or (g == "cpu") != cpu:
             continue
-        try:
-            df = load_experiment(exp_dir)
-        except Exception:  # noqa: BLE001 - read file by file, skip the broken ones
-            df = _load_each(exp_dir, warnings)
+        df = load_experiment_lenient(exp_dir, warn=warnings.append)   # a broken file is skipped and named
         if len(df):
             df.insert(0, "gpu", g)
             frames.append(df)

@@ -251,7 +251,7 @@ def load_experiment_lenient(exp_dir: Path, warn=None) -> pd.DataFrame:
         try:
             parts.append(read_csv(p))
         except SchemaError as e:
-            warn(f"warning: skipped {e}")
+            warn(f"skipping {e}")
     if not parts:
         return _types(pd.DataFrame(columns=SCHEMA))
     return _dedupe(pd.concat(parts, ignore_index=True))

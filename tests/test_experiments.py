@@ -46,10 +46,11 @@ def test_smoke_end_to_end(tmp_path):
     assert set(df["device"]) == {"cpu-interpreter"}
     err = df[df["metric"] == "rel_err"]["value"]
     assert (err < 2e-3).all()
-    out = build(tmp_path, tmp_path / "REPORT.md")
-    text = out.read_text()
-    assert "figures/smoke_numerics.png" in text and (tmp_path / "figures" / "smoke_numerics.png").exists()
+    build(tmp_path, tmp_path / "REPORT.md")
+    text = (tmp_path / "cpu" / "REPORT.md").read_text()
+    assert "figures/smoke_numerics.png" in text and (tmp_path / "cpu" / "figures" / "smoke_numerics.png").exists()
     assert "| cpu | cpu-interpreter |" in text
+    assert "smoke_numerics" not in (tmp_path / "REPORT.md").read_text()
 
 
 def test_multirun_on_cpu_interprets_kernels_imported_while_planning(tmp_path):
