@@ -205,6 +205,8 @@ class LlmE2E:
         self._ensure(ctx)
         if ctx.on_cpu:
             return []
+        gc.collect()                      # the previous job's model (jobs of a multirun share the process)
+        torch.cuda.empty_cache()
         bw = measure_read_bandwidth(ctx.timer)
         ctx.state["bw_tbs"] = bw
         return [Metric("hbm_read_bw", bw, "TB/s")]
@@ -309,7 +311,7 @@ class LlmE2E:
         try:
             qm = build_quantized(job.card, prec, key[0], job.layers, device=dev, seed=ctx.seed, keep_weights=keep)
         except (Unsupported, Unavailable, torch.cuda.OutOfMemoryError, ConfigError, NotImplementedError) as e:
-            failed[key] = e
+            failed[key] = type(e)(str(e))        # without its traceback, which holds the half-built model
             raise
         use_static_attention(qm.model)
         ctx.state["model"] = (key, qm)

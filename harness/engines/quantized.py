@@ -46,6 +46,7 @@ GROUPS = (
     ("down", "mlp", ("down_proj",)),
 )
 MODES = ("kernel", "reference", "check", "skip")
+_SKIP_OUT: dict = {}     # (N, dtype, device) -> the preallocated output every skipped linear of that width returns
 
 
 @contextlib.contextmanager
@@ -77,7 +78,6 @@ class FusedLinear(nn.Module):
         self.mode = "kernel"
         self.prepared: Prepared | None = None
         self.prepared_M: int | None = None
-        self._skip_out: torch.Tensor | None = None
         self.check_errors: list[float] = []
         g = torch.Generator(device=device).manual_seed(seed + 7919)
         self.bias = ((torch.randn(self.N, generator=g, device=device) * std).to(self.act) if bias else None)
@@ -122,11 +122,13 @@ class FusedLinear(nn.Module):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.K)
         M = x2.shape[0]
-        if self.mode == "skip":
-            if self._skip_out is None or self._skip_out.shape[0] < M:
-                g = torch.Generator(device=x.device).manual_seed(self.seed + 1)
-                self._skip_out = (torch.randn(M, self.N, generator=g, device=x.device) * 0.1).to(x.dtype)
-            return self._skip_out[:M].view(*lead, self.N)
+        if self.mode == "skip":       # one buffer per width, shared by the layers (allocated before any capture)
+            key = (self.N, x.dtype, str(x.device))
+            buf = _SKIP_OUT.get(key)
+            if buf is None or buf.shape[0] < M:
+                g = torch.Generator(device=x.device).manual_seed(self.N)
+                buf = _SKIP_OUT[key] = (torch.randn(M, self.N, generator=g, device=x.device) * 0.1).to(x.dtype)
+            return buf[:M].view(*lead, self.N)
         if self.mode in ("reference", "check"):
             from kernels.lowbit.formats import dequantize_ref
             w = self.weight()
@@ -193,6 +195,8 @@ class QuantizedModel:
             raise ValueError(f"mode {mode!r}; valid: {MODES}")
         for lin in self.linears:
             lin.mode = mode
+        if mode != "skip":
+            _SKIP_OUT.clear()
 
     @contextlib.contextmanager
     def mode(self, mode: str):
