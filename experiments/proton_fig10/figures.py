@@ -20,7 +20,9 @@ def _split(params: str) -> tuple:
 
 def splits(df: pd.DataFrame) -> pd.DataFrame:
     d = df.copy()
-    d[["tp", "ep", "per_expert"]] = pd.DataFrame(d["params"].fillna("").map(_split).tolist(), index=d.index)
+    parsed = pd.DataFrame(d["params"].fillna("").map(_split).tolist(), index=d.index,
+                          columns=["tp", "ep", "per_expert"])
+    d[["tp", "ep", "per_expert"]] = parsed
     d["split"] = "TP=" + d["tp"].astype(str) + ", EP=" + d["ep"].astype(str)
     return d
 
