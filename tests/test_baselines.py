@@ -303,3 +303,41 @@ def test_quantllm_packing_and_values_match_our_format(fmt):
     packed = floatx.pack_tc_floatx(codes, f.bits)
     assert packed.numel() == codes.numel() * f.bits // 8
     assert torch.equal(floatx.unpack_tc_floatx(packed, f.bits), codes)
+
+
+_SM90 = r'''
+import sys, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kernels.baselines import triton_plain as tp
+bits, act = int(sys.argv[1]), sys.argv[2]
+sig = {"x_ptr": act, "w_ptr": "*i32", "s_ptr": act, "z_ptr": act, "y_ptr": act, "M": "i32", "N": "i32", "K": "i32",
+       "stride_xm": "i32", "stride_wk": "i32", "stride_sg": "i32", "stride_ym": "i32"}
+for BM, BN, BK, warps, stages in tp.TUNING_SPACE:
+    consts = dict(GROUP=128, PER_CHANNEL=False, BITS=bits, SIGNED=False, HAS_ZEROS=True, BM=BM, BN=BN, BK=BK,
+                  GROUP_M=tp.GROUP_M, DEQ_F32=False)
+    s = dict(sig, **{k: "constexpr" for k in consts})
+    names = list(s)
+    aligned = [k for k in sig if k != "M"]
+    src = ASTSource(tp._plain_kernel, s, constexprs={(names.index(k),): v for k, v in consts.items()},
+                    attrs={(names.index(k),): [["tt.divisibility", 16]] for k in aligned})
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
+    print(k.metadata.shared)
+'''
+
+
+@pytest.mark.parametrize("bits,act", [(4, "*fp16"), (8, "*bf16")])
+def test_triton_plain_tuning_space_compiles_for_sm90(bits, act):
+    """Every tile of the tuning space compiles for an H100/H200 (Triton's bundled ptxas, no GPU) and fits
+    in its 227 KB of shared memory per block."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    from kernels.baselines.triton_plain import TUNING_SPACE
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", _SM90, str(bits), act], capture_output=True, text=True, env=env,
+                       cwd=Path(__file__).resolve().parents[1], timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    smem = [int(v) for v in r.stdout.split()]
+    assert len(smem) == len(TUNING_SPACE) and 0 < max(smem) <= 227 * 1024

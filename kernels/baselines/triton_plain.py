@@ -191,12 +191,18 @@ def prepare_triton_plain(qw, act_dtype, M=1, seconds=None, tune_per_path=3, **hi
         if seconds is None or len(cands) == 1:
             return cands[0]
         y = torch.empty(m, N, dtype=act, device=x.device)
-        log = []
+        log, failed = [], []
         for c in cands:
-            launch(x, words, scales, zeros, fmt, g, c, y)       # compile outside the timing
+            try:
+                launch(x, words, scales, zeros, fmt, g, c, y)       # compile outside the timing
+            except Exception as e:                                  # e.g. out of shared memory
+                failed.append(f"{config_str(c)}: {type(e).__name__}")
+                continue
             log.append((seconds(lambda c=c: launch(x, words, scales, zeros, fmt, g, c, y)), c))
+        if not log:
+            raise RuntimeError("no tuning candidate compiled: " + "; ".join(failed))
         log.sort()
-        timings[m] = " ".join(f"{config_str(c)}={t * 1e6:.1f}us" for t, c in log)
+        timings[m] = " ".join([f"{config_str(c)}={t * 1e6:.1f}us" for t, c in log] + failed)
         return log[0][1]
 
     def run(x):
