@@ -139,7 +139,7 @@ def measure_vllm(card: ModelCard, prec: Precision, phase: str, batch: int, seq_l
         g = torch.Generator().manual_seed(seed)
 
         def prompts(B, T):
-            ids = torch.randint(1, card_vocab(card), (B, T), generator=g)
+            ids = torch.randint(1, card.vocab_size, (B, T), generator=g)
             return [TokensPrompt(prompt_token_ids=row.tolist()) for row in ids]
 
         def run(ps, max_tokens, logprobs=None):
@@ -150,7 +150,7 @@ def measure_vllm(card: ModelCard, prec: Precision, phase: str, batch: int, seq_l
             dt = (time.perf_counter() - t) * 1e3
             for o in outs:
                 toks = o.outputs[0].token_ids
-                if len(toks) != max_tokens or not all(0 <= tk < card_vocab(card) for tk in toks):
+                if len(toks) != max_tokens or not all(0 <= tk < card.vocab_size for tk in toks):
                     raise RuntimeError(f"vLLM returned {len(toks)} tokens (wanted {max_tokens}) or ids out of range")
             return dt, outs
 
@@ -172,10 +172,6 @@ def measure_vllm(card: ModelCard, prec: Precision, phase: str, batch: int, seq_l
                   f"decode: (generate {batch} x {ctx} ctx, 1+{decode_steps} tokens - 1 token) / {decode_steps}")
         del llm
     return VllmResult(samples, method, quant, build_s, check_msg, vllm.__version__)
-
-
-def card_vocab(card: ModelCard) -> int:
-    return card.vocab_size
 
 
 def _check_against_hf(hf_model, ps, run) -> str:
