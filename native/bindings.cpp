@@ -1,7 +1,9 @@
-// torch extension bindings for the native instrumented kernels (built by native/build.py).
+// torch extension bindings for the native kernels (built by native/build.py): the instrumented suite kernels
+// (matmul, softmax, layer_norm, calibrate) and the low-bit matmul (lowbit_*).
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
 #include "launchers.h"
+#include "lowbit_params.h"
 
 namespace {
 uint32_t *prof_ptr(const at::Tensor &buf) {
@@ -16,41 +18,136 @@ void check_f16(const at::Tensor &t, const char *n) {
 }
 }  // namespace
 
-void matmul(at::Tensor a, at::Tensor b, at::Tensor c, at::Tensor prof, int64_t capacity) {
+void matmul(at::Tensor a, at::Tensor b, at::Tensor c, at::Tensor prof, int64_t capacity, int64_t mode) {
   check_f16(a, "a");
   check_f16(b, "b");
   TORCH_CHECK(c.scalar_type() == at::kFloat && c.is_contiguous(), "c: contiguous fp32");
   check(native_matmul_f16(a.data_ptr(), b.data_ptr(), c.data_ptr<float>(), a.size(0), b.size(1), a.size(1),
-                          prof_ptr(prof), (uint32_t)capacity, cur_stream()),
+                          prof_ptr(prof), (uint32_t)capacity, (int)mode, cur_stream()),
         "matmul");
 }
 
-void softmax(at::Tensor x, at::Tensor y, at::Tensor prof, int64_t capacity) {
+void softmax(at::Tensor x, at::Tensor y, at::Tensor prof, int64_t capacity, int64_t mode) {
   check_f16(x, "x");
   check(native_softmax_f16(x.data_ptr(), y.data_ptr(), x.size(0), x.size(1), prof_ptr(prof), (uint32_t)capacity,
-                           cur_stream()),
+                           (int)mode, cur_stream()),
         "softmax");
 }
 
 void layer_norm(at::Tensor x, at::Tensor w, at::Tensor b, at::Tensor y, double eps, at::Tensor prof,
-                int64_t capacity) {
+                int64_t capacity, int64_t mode) {
   check_f16(x, "x");
   check_f16(w, "weight");
   check_f16(b, "bias");
   check(native_layer_norm_f16(x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), x.size(0), x.size(1),
-                              (float)eps, prof_ptr(prof), (uint32_t)capacity, cur_stream()),
+                              (float)eps, prof_ptr(prof), (uint32_t)capacity, (int)mode, cur_stream()),
         "layer_norm");
 }
 
 void calibrate(int64_t spin_cycles, int64_t blocks, int64_t threads, at::Tensor sink, at::Tensor prof,
-               int64_t capacity) {
+               int64_t capacity, int64_t mode) {
   check(native_calibrate((uint64_t)spin_cycles, (int)blocks, (int)threads,
                          reinterpret_cast<unsigned long long *>(sink.data_ptr<int64_t>()), prof_ptr(prof),
-                         (uint32_t)capacity, cur_stream()),
+                         (uint32_t)capacity, (int)mode, cur_stream()),
         "calibrate");
 }
 
+// ---- native low-bit matmul (native/lowbit.py drives these; layouts in native/lowbit_layout.py)
+namespace {
+void check_cuda_contig(const at::Tensor &t, const char *n) {
+  TORCH_CHECK(t.is_cuda() && t.is_contiguous(), n, ": contiguous cuda tensor");
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, n, ": 16-byte aligned");
+}
+void check_lowbit(int err, const std::string &recipe, const char *what) {
+  TORCH_CHECK(err != -1, what, ": no instantiation for recipe ", recipe, " with these options");
+  TORCH_CHECK(err == 0, what, " (", recipe, ") launch failed: cudaError ", err);
+}
+}  // namespace
+
+int64_t lowbit_gemv(const std::string &recipe, int64_t mt, bool xsplit, bool prof, at::Tensor wq, at::Tensor sc,
+                    at::Tensor stab, at::Tensor x, at::Tensor y, at::Tensor y32, at::Tensor counters, int64_t M,
+                    int64_t K, int64_t N, int64_t Npad, int64_t iters, int64_t nblocks, int64_t ngroups,
+                    int64_t slots, at::Tensor prof_buf, int64_t capacity, int64_t sms, int64_t grid) {
+  check_cuda_contig(wq, "wq");
+  check_cuda_contig(sc, "scales");
+  check_cuda_contig(stab, "stage table");
+  check_cuda_contig(x, "x");
+  check_cuda_contig(y, "y");
+  check_cuda_contig(y32, "workspace");
+  check_cuda_contig(counters, "counters");
+  TORCH_CHECK(x.dim() == 2 && x.size(1) == K && K % 8 == 0, "x: [MX, K] with K % 8 == 0");
+  TORCH_CHECK(y.dim() == 2 && y.size(0) == M && y.size(1) == N, "y: [M, N]");
+  TORCH_CHECK(y.scalar_type() == at::kHalf || y.scalar_type() == at::kBFloat16, "y: f16 or bf16");
+  TORCH_CHECK(y32.scalar_type() == at::kFloat && y32.numel() >= M * Npad, "workspace: >= M * Npad f32");
+  TORCH_CHECK(counters.scalar_type() == at::kInt && counters.numel() >= nblocks, "counters: >= nblocks int32");
+  const bool out_bf16 = y.scalar_type() == at::kBFloat16;
+  const int64_t MX = x.size(0);
+  TORCH_CHECK(MX == (xsplit ? 2 * M : M), "x rows: M (or 2M with xsplit)");
+  TORCH_CHECK(MX <= 8 * mt, "x rows exceed the m16n8 tiles of this variant");
+  lowbit::GemvParams p{};
+  p.wq = wq.data_ptr();
+  p.sc = sc.data_ptr();
+  p.stab = reinterpret_cast<const uint32_t *>(stab.data_ptr<int32_t>());
+  p.x = x.data_ptr();
+  p.y = y.data_ptr();
+  p.y32 = y32.data_ptr<float>();
+  p.counters = counters.data_ptr<int32_t>();
+  p.M = (int)M, p.MX = (int)MX, p.K = (int)K, p.N = (int)N, p.Npad = (int)Npad;
+  p.iters = (int)iters, p.nblocks = (int)nblocks, p.ngroups = (int)ngroups, p.slots = (int)slots;
+  p.prof = prof ? prof_ptr(prof_buf) : nullptr;
+  p.prof_cap = (uint32_t)capacity;
+  int used = 0;
+  check_lowbit(native_lowbit_gemv(recipe.c_str(), (int)mt, out_bf16, xsplit, prof, &p, (int)sms, cur_stream(),
+                                  (int)grid, &used),
+               recipe, "lowbit_gemv");
+  return used;
+}
+
+int64_t lowbit_gemv_grid(const std::string &recipe, int64_t mt, bool xsplit, bool prof, bool out_bf16, int64_t MX,
+                         int64_t slots, int64_t iters, int64_t nblocks, int64_t sms, int64_t grid) {
+  lowbit::GemvParams p{};
+  p.MX = (int)MX, p.slots = (int)slots, p.iters = (int)iters, p.nblocks = (int)nblocks;
+  const int g = native_lowbit_gemv_grid(recipe.c_str(), (int)mt, out_bf16, xsplit, prof, &p, (int)sms, (int)grid);
+  TORCH_CHECK(g > 0, "lowbit_gemv_grid: no instantiation for recipe ", recipe, " with these options");
+  return g;
+}
+
+void lowbit_dequant(const std::string &recipe, at::Tensor wq, at::Tensor scales, at::Tensor zeros, at::Tensor out,
+                    int64_t K, int64_t N, int64_t iters, int64_t nb0, int64_t nblk, int64_t group) {
+  check_cuda_contig(wq, "wq");
+  check_cuda_contig(scales, "scales");
+  check_cuda_contig(out, "out");
+  TORCH_CHECK(K % 8 == 0 && group % 8 == 0, "K and the group size must be multiples of 8");
+  TORCH_CHECK(out.numel() >= nblk * 256 * K, "out: >= nblk * 256 rows of K");
+  lowbit::DequantParams p{};
+  p.wq = wq.data_ptr();
+  p.scales = scales.data_ptr();
+  p.zeros = zeros.numel() ? zeros.data_ptr() : nullptr;
+  p.out = out.data_ptr();
+  p.K = (int)K, p.N = (int)N, p.iters = (int)iters, p.nb0 = (int)nb0, p.group = (int)group;
+  check_lowbit(native_lowbit_dequant(recipe.c_str(), out.scalar_type() == at::kBFloat16, &p, (int)nblk,
+                                     cur_stream()),
+               recipe, "lowbit_dequant");
+}
+
+void lowbit_xsplit(at::Tensor x, at::Tensor out) {
+  check_cuda_contig(x, "x");
+  check_cuda_contig(out, "out");
+  TORCH_CHECK(x.scalar_type() == at::kHalf && out.scalar_type() == at::kBFloat16 && out.numel() == 2 * x.numel(),
+              "xsplit: f16 x -> bf16 [2 * rows]");
+  check(native_lowbit_xsplit(x.data_ptr(), out.data_ptr(), (int)x.numel(), cur_stream()), "lowbit_xsplit");
+}
+
+int64_t lowbit_smem_bytes(const std::string &recipe, int64_t MX, int64_t slots, int64_t iters) {
+  return native_lowbit_smem_bytes(recipe.c_str(), (int)MX, (int)slots, (int)iters);
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("lowbit_gemv", &lowbit_gemv);
+  m.def("lowbit_gemv_grid", &lowbit_gemv_grid);
+  m.def("lowbit_dequant", &lowbit_dequant);
+  m.def("lowbit_xsplit", &lowbit_xsplit);
+  m.def("lowbit_smem_bytes", &lowbit_smem_bytes);
   m.def("matmul", &matmul);
   m.def("softmax", &softmax);
   m.def("layer_norm", &layer_norm);

@@ -1,16 +1,23 @@
-"""Build / compile-check the native instrumented CUDA kernels.
+"""Build / compile-check the native CUDA kernels (instrumented suite kernels and the low-bit matmul).
 
-build()          -> the torch extension module (torch.utils.cpp_extension.load, sm_90), cached per process.
-                    Raises kernels.Unavailable with a reason when there is no CUDA GPU or no nvcc.
-compile_check()  -> runs the local `nvcc -arch=sm_90 -c` over every native/kernels/*.cu (no GPU needed);
-                    returns {file: (ok, message)}.
+build()          -> the torch extension module (torch.utils.cpp_extension.load with ninja, sm_90a), built
+                    once per process into build/native (NATIVE_BUILD_DIR); ninja rebuilds only the sources
+                    that changed (the compile cache).  Raises kernels.Unavailable with a reason when there is
+                    no CUDA GPU or no nvcc.
+compile_check()  -> runs the local `nvcc -gencode=arch=compute_90a,code=sm_90a -c` over native/kernels/*.cu
+                    (no GPU needed); returns {file: (ok, message)}.
+check_bindings() -> g++ -fsyntax-only of bindings.cpp against the installed torch headers (CPU wheels carry
+                    the ATen CUDA headers; the CUDA math-library headers they include are stubbed).
 """
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import sys
+import sysconfig
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kernels import Unavailable
@@ -18,8 +25,8 @@ from kernels import Unavailable
 ROOT = Path(__file__).resolve().parent
 INCLUDE = ROOT / "include"
 KERNEL_SOURCES = sorted((ROOT / "kernels").glob("*.cu"))
-ARCH = "sm_90"
-NVCC_FLAGS = ["-O3", "-std=c++17", "-lineinfo", f"-I{INCLUDE}"]
+GENCODE = "-gencode=arch=compute_90a,code=sm_90a"
+NVCC_FLAGS = ["-O3", "-std=c++17", "-lineinfo", "-diag-suppress", "177", f"-I{INCLUDE}"]
 _MODULE = None
 
 
@@ -30,24 +37,62 @@ def find_nvcc() -> str | None:
     return shutil.which("nvcc")
 
 
-def compile_check(arch: str = ARCH, sources=None, timeout: float = 120.0) -> dict:
-    """Compile each .cu to an object file with the local nvcc (both the instrumented and the plain
-    template instantiations are built, since every launcher references both)."""
+def compile_check(sources=None, timeout: float = 900.0, extra=(), jobs: int | None = None) -> dict:
+    """Compile each .cu to an object file with the local nvcc (every template instantiation the file
+    defines is built: both instrumentation variants of the suite kernels, every low-bit recipe of a part)."""
     nvcc = find_nvcc()
     if nvcc is None:
         raise Unavailable("nvcc not found (set CUDA_HOME or put nvcc on PATH)")
-    results = {}
+    srcs = [Path(s) for s in (sources or KERNEL_SOURCES)]
     with tempfile.TemporaryDirectory() as tmp:
-        for src in (sources or KERNEL_SOURCES):
-            src = Path(src)
-            cmd = [nvcc, f"-arch={arch}", *NVCC_FLAGS, "-c", str(src), "-o", str(Path(tmp) / (src.stem + ".o"))]
+        def one(src: Path):
+            cmd = [nvcc, GENCODE, *NVCC_FLAGS, *extra, "-c", str(src), "-o", str(Path(tmp) / (src.stem + ".o"))]
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-            results[src.name] = (p.returncode == 0, (p.stderr or p.stdout).strip())
-    return results
+            return src.name, (p.returncode == 0, (p.stderr or p.stdout).strip())
+        with ThreadPoolExecutor(jobs or max(1, os.cpu_count() or 1)) as ex:
+            return dict(ex.map(one, srcs))
+
+
+_STUBS = {  # the CUDA math-library types torch's ATen CUDA headers name (headers absent without the full toolkit)
+    "cusparse.h": "typedef struct cusparseContext *cusparseHandle_t;\n",
+    "cublas_v2.h": "typedef struct cublasContext *cublasHandle_t;\ntypedef int cublasStatus_t;\n",
+    "cublasLt.h": "typedef struct cublasLtContext *cublasLtHandle_t;\n",
+    "cusolverDn.h": "typedef struct cusolverDnContext *cusolverDnHandle_t;\ntypedef int cusolverStatus_t;\n",
+    "cusolver_common.h": "",
+    "c10/cuda/impl/cuda_cmake_macros.h": "",
+}
+
+
+def check_bindings(timeout: float = 300.0) -> tuple[bool, str]:
+    """Syntax-check bindings.cpp with g++ against torch's headers (no CUDA libraries needed)."""
+    import torch.utils.cpp_extension as ext
+    cxx = shutil.which("g++") or shutil.which("c++")
+    nvcc = find_nvcc()
+    if cxx is None or nvcc is None:
+        raise Unavailable("g++ and nvcc (for the CUDA runtime headers) are needed")
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), str(Path(nvcc).resolve().parent.parent),
+             "/usr/local/cuda"]
+    cuda_inc = next((Path(h) / "include" for h in homes if h and (Path(h) / "include" / "cuda_runtime_api.h").exists()),
+                    None)
+    if cuda_inc is None:
+        raise Unavailable("CUDA runtime headers (cuda_runtime_api.h) not found; set CUDA_HOME")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in _STUBS.items():
+            f = Path(tmp) / name
+            f.parent.mkdir(parents=True, exist_ok=True)
+            if not (cuda_inc / name).exists():
+                f.write_text(text)
+        inc = [f"-I{p}" for p in ext.include_paths()] + [f"-I{sysconfig.get_paths()['include']}",
+                                                       f"-I{cuda_inc}", f"-I{tmp}", f"-I{INCLUDE}"]
+        cmd = [cxx, "-std=c++17", "-fsyntax-only", "-w", *inc, "-DTORCH_EXTENSION_NAME=native_ext",
+               str(ROOT / "bindings.cpp")]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        return p.returncode == 0, (p.stderr or p.stdout).strip()
 
 
 def build(verbose: bool = False):
-    """Build (once per process) and return the extension module with matmul / softmax / layer_norm / calibrate."""
+    """Build (once per process) and return the extension module: the suite kernels (matmul / softmax /
+    layer_norm / calibrate) and the low-bit matmul (lowbit_gemv / lowbit_dequant / lowbit_xsplit)."""
     global _MODULE
     if _MODULE is not None:
         return _MODULE
@@ -57,17 +102,30 @@ def build(verbose: bool = False):
     if find_nvcc() is None:
         raise Unavailable("nvcc not found (set CUDA_HOME or put nvcc on PATH)")
     major, minor = torch.cuda.get_device_capability()
-    if (major, minor) < (9, 0):
-        raise Unavailable(f"native kernels are built for sm_90; this GPU is sm_{major}{minor}")
+    if (major, minor) != (9, 0):
+        raise Unavailable(f"native kernels are built for sm_90a (Hopper); this GPU is sm_{major}{minor}")
     from torch.utils.cpp_extension import load
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
     build_dir = Path(os.environ.get("NATIVE_BUILD_DIR", ROOT.parent / "build" / "native"))
     build_dir.mkdir(parents=True, exist_ok=True)
     try:
-        _MODULE = load(name="native_instr", sources=[str(ROOT / "bindings.cpp"), *map(str, KERNEL_SOURCES)],
+        _MODULE = load(name="native_ext", sources=[str(ROOT / "bindings.cpp"), *map(str, KERNEL_SOURCES)],
                        extra_include_paths=[str(INCLUDE)],
-                       extra_cuda_cflags=["-O3", "-std=c++17", "-lineinfo", "-gencode=arch=compute_90,code=sm_90"],
-                       extra_cflags=["-O3"], build_directory=str(build_dir), verbose=verbose)
+                       extra_cuda_cflags=[*NVCC_FLAGS, GENCODE], extra_cflags=["-O3"],
+                       build_directory=str(build_dir), verbose=verbose)
     except Exception as e:  # compiler missing pieces, ninja absent, ...
         raise Unavailable(f"building the native extension failed: {e}") from e
     return _MODULE
+
+
+if __name__ == "__main__":  # python -m native.build [--check]: compile everything here (no GPU needed)
+    if "--check" in sys.argv:
+        res = compile_check()
+        bad = {k: m for k, (ok, m) in res.items() if not ok}
+        print(f"{len(res) - len(bad)}/{len(res)} sources compiled for sm_90a")
+        for k, m in bad.items():
+            print(k, m[-2000:])
+        ok, msg = check_bindings()
+        print("bindings.cpp:", "ok" if ok else msg[-2000:])
+        sys.exit(1 if bad or not ok else 0)
+    build(verbose=True)
+    print("built")

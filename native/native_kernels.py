@@ -9,6 +9,9 @@
 run() returns (output tensor, raw profile buffer as a numpy uint32 array, or None when not
 instrumented). Kernels: matmul (fp16 x fp16 -> fp32, M,N % 128 == 0, K % 32 == 0), softmax and
 layer_norm (fp16, cols <= 8192), calibrate (inputs {"spin_cycles", "blocks", "threads"}).
+Instrumentation modes (native/include/instrument.cuh; the buffer layout is the same in all):
+"staged" (default: records batched in shared memory, coalesced flushes), "warp0" (only warp 0 of
+each block records), "direct" (every record stored to global memory by lane 0, the original design).
 """
 from __future__ import annotations
 
@@ -22,10 +25,14 @@ SCOPES = {
     "softmax": ("load", "reduce", "store"),
     "layer_norm": ("load", "stats", "normalize_store"),
     "calibrate": ("spin",),
+    "lowbit": ("wait", "compute", "output"),     # native.lowbit.SCOPES: the low-bit decode kernel
 }
+# the low-bit decode kernel's case: u4, group 128, f16, M = 1 (tilus_fig10's gate_up shape at llm size)
+LOWBIT_SHAPES = {"tiny": (1, 256, 256), "llm": (1, 8192, 57344)}   # M, K, N
 KERNEL_NAMES = {k: f"native_{k}" for k in SCOPES}
 _SUITE_NAME = {"matmul": "matmul", "softmax": "fused_softmax", "layer_norm": "layer_norm"}
 THREADS = {"matmul": 256, "softmax": 256, "layer_norm": 256}
+MODES = {"direct": 0, "staged": 1, "warp0": 2}   # INSTR_MODE_* of instrument.cuh
 
 
 def suite_case(name: str):
@@ -38,11 +45,31 @@ def make_inputs(name: str, size: str, device, seed: int = 0) -> dict:
     use size='llm' or build your own multiples of 128)."""
     if name == "calibrate":
         return {"spin_cycles": 1_000_000, "blocks": 264, "threads": 128}
+    if name == "lowbit":
+        import torch
+        from kernels.lowbit.formats import random_quantized
+        M, K, N = LOWBIT_SHAPES[size]
+        qw = random_quantized(K, N, "u4", 128, torch.float16, seed=seed, device=device)
+        g = torch.Generator(device=device).manual_seed(seed + 1)
+        return {"weight": qw, "x": torch.randn(M, K, generator=g, device=device).to(torch.float16)}
     return suite_case(name).make_inputs(size, device, seed)
 
 
 def reference(name: str, inputs: dict):
+    if name == "lowbit":
+        from kernels.lowbit.formats import dequantize_ref
+        qw = inputs["weight"]
+        return inputs["x"].double() @ dequantize_ref(qw, device=qw.packed.device)
     return suite_case(name).reference(inputs)
+
+
+def lowbit_fn(inputs: dict):
+    """The prepared native low-bit matmul of a 'lowbit' input dict (packed and built once, cached in it)."""
+    if "fn" not in inputs:
+        import torch
+        from native import lowbit
+        inputs["fn"] = lowbit.prepare(inputs["weight"], torch.float16, M=inputs["x"].shape[0])
+    return inputs["fn"]
 
 
 def buffer_words(name: str, inputs: dict, buffer_records: int) -> tuple[int, int, int]:
@@ -55,13 +82,24 @@ def buffer_words(name: str, inputs: dict, buffer_records: int) -> tuple[int, int
         blocks, warps = inputs["x"].shape[0], 8
     elif name == "calibrate":
         blocks, warps = inputs["blocks"], (inputs["threads"] + 31) // 32
+    elif name == "lowbit":
+        from native.decode import block_words as bw
+        fn = lowbit_fn(inputs)
+        words = fn.buffer_words(inputs["x"].shape[0], buffer_records)
+        return words, words // bw(8, buffer_records), 8
     else:
         raise Unsupported(f"unknown native kernel {name!r}")
     return blocks * block_words(warps, buffer_records), blocks, warps
 
 
+def mode_id(mode: str) -> int:
+    if mode not in MODES:
+        raise ValueError(f"unknown instrumentation mode {mode!r}; valid: {sorted(MODES)}")
+    return MODES[mode]
+
+
 def run(name: str, inputs: dict, instrument: bool = False, buffer_records: int = 1024, *,
-        host: bool = True, buffer=None, clear: bool = True):
+        host: bool = True, buffer=None, clear: bool = True, mode: str = "staged"):
     """Launch native kernel `name`. With instrument=True the instrumented instantiation writes
     `buffer_records` records per warp (circular) into a profile buffer (allocated here unless
     `buffer`, an int32 cuda tensor of at least buffer_words(...)[0] words, is given; clear=False skips
@@ -71,6 +109,8 @@ def run(name: str, inputs: dict, instrument: bool = False, buffer_records: int =
     from native.build import build
     if name not in SCOPES:
         raise Unsupported(f"unknown native kernel {name!r}")
+    if name == "lowbit":
+        return _run_lowbit(inputs, instrument, buffer_records, host=host, buffer=buffer, clear=clear, mode=mode)
     mod = build()
     if instrument:
         if buffer_records < 1:
@@ -87,6 +127,7 @@ def run(name: str, inputs: dict, instrument: bool = False, buffer_records: int =
     else:
         prof = torch.empty(0, dtype=torch.int32, device="cuda")
     cap = int(buffer_records) if instrument else 0
+    md = mode_id(mode)
 
     if name == "matmul":
         a, b = inputs["a"].contiguous(), inputs["b"].contiguous()
@@ -95,26 +136,41 @@ def run(name: str, inputs: dict, instrument: bool = False, buffer_records: int =
         if m % 128 or n % 128 or k % 32:
             raise Unsupported(f"native matmul needs M, N % 128 == 0 and K % 32 == 0, got {m}x{n}x{k}")
         out = torch.empty((m, n), dtype=torch.float32, device=a.device)
-        mod.matmul(a, b, out, prof, cap)
+        mod.matmul(a, b, out, prof, cap, md)
     elif name == "softmax":
         x = inputs["x"].contiguous()
         if x.shape[1] > 8192:
             raise Unsupported("native softmax supports cols <= 8192")
         out = torch.empty_like(x)
-        mod.softmax(x, out, prof, cap)
+        mod.softmax(x, out, prof, cap, md)
     elif name == "layer_norm":
         x = inputs["x"].contiguous()
         if x.shape[1] > 8192:
             raise Unsupported("native layer_norm supports cols <= 8192")
         out = torch.empty_like(x)
         mod.layer_norm(x, inputs["weight"].contiguous(), inputs["bias"].contiguous(), out, float(inputs["eps"]),
-                       prof, cap)
+                       prof, cap, md)
     else:  # calibrate
         out = torch.zeros(inputs["blocks"], dtype=torch.int64, device="cuda")
-        mod.calibrate(int(inputs["spin_cycles"]), int(inputs["blocks"]), int(inputs["threads"]), out, prof, cap)
+        mod.calibrate(int(inputs["spin_cycles"]), int(inputs["blocks"]), int(inputs["threads"]), out, prof, cap, md)
     if not instrument:
         return out, None
     if host:
         torch.cuda.synchronize()
         return out, prof[:buffer_words(name, inputs, buffer_records)[0]].cpu().numpy().view(np.uint32)
+    return out, prof
+
+
+def _run_lowbit(inputs: dict, instrument: bool, buffer_records: int, *, host: bool, buffer, clear: bool, mode: str):
+    """The low-bit decode kernel (native/lowbit.py): its instrumented build is staged mode only."""
+    import torch
+    if instrument and mode != "staged":
+        raise Unsupported(f"the instrumented low-bit kernel is built in staged mode only, not {mode!r}")
+    fn = lowbit_fn(inputs)
+    if not instrument:
+        return fn(inputs["x"]), None
+    out, prof = fn.profiled(inputs["x"], buffer_records, buffer=buffer, clear=clear)
+    if host:
+        torch.cuda.synchronize()
+        return out, prof.cpu().numpy().view(np.uint32)
     return out, prof

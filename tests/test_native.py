@@ -13,13 +13,21 @@ from native.native_kernels import SCOPES
 HEADER = Path(build.ROOT / "include" / "instrument.cuh").read_text()
 
 
+SUITE_SOURCES = ["matmul.cu", "softmax.cu", "layer_norm.cu", "calibrate.cu"]
+
+
 def test_compile_check_with_local_nvcc():
+    """The instrumented suite kernels, every instrumentation mode (the low-bit kernels: test_native_lowbit.py)."""
     if build.find_nvcc() is None:
         pytest.skip("nvcc not on PATH / CUDA_HOME")
-    res = build.compile_check()
-    assert set(res) == {"matmul.cu", "softmax.cu", "layer_norm.cu", "calibrate.cu"}
+    assert set(SUITE_SOURCES) < {p.name for p in build.KERNEL_SOURCES}
+    res = build.compile_check(sources=[build.ROOT / "kernels" / f for f in SUITE_SOURCES])
+    assert set(res) == set(SUITE_SOURCES)
     bad = {k: msg for k, (ok, msg) in res.items() if not ok}
     assert not bad, bad
+    for f in SUITE_SOURCES:   # each launcher instantiates the three modes
+        src = (build.ROOT / "kernels" / f).read_text()
+        assert "INSTR_MODE_DIRECT>" in src and "INSTR_MODE_WARP0>" in src
 
 
 def test_build_unavailable_without_gpu():
@@ -47,6 +55,58 @@ def test_scope_ids_match_kernel_enums():
     for k, enum in src.items():
         assert enum in (build.ROOT / "kernels" / f"{k}.cu").read_text()
         assert len(SCOPES[k]) == enum.count("=")
+    from native import lowbit
+    assert "enum { S_WAIT = 0, S_COMPUTE = 1, S_OUTPUT = 2 };" in (build.INCLUDE / "lowbit_kernel.cuh").read_text()
+    assert SCOPES["lowbit"] == lowbit.SCOPES == ("wait", "compute", "output")
+
+
+def test_modes_match_header():
+    from native.native_kernels import MODES
+    for name, v in MODES.items():
+        assert re.search(rf"#define INSTR_MODE_{name.upper()} {v}\b", HEADER), name
+
+
+# ---------------------------------------------------------------- staged records (model of instrument.cuh)
+
+def staged_buffer(events, capacity, batch):
+    """What Profiler<.., INSTR_MODE_STAGED, .., BATCH> leaves in one warp's record slots: records staged
+    in a BATCH ring in shared memory; every BATCH records (and at end()) lanes 0..n-1 copy the last n to
+    slot (index % capacity), lanes whose record is older than the newest `capacity` skip (flush_batch)."""
+    slots = np.zeros(capacity * D.RECORD_WORDS, dtype=np.uint32)
+    ring = [None] * batch
+    count = 0
+
+    def flush(n):
+        first = count - n
+        for lane in range(32):
+            if lane < n and lane + capacity >= n:
+                tag, stamp = ring[(first + lane) & (batch - 1)]
+                s = ((first + lane) % capacity) * D.RECORD_WORDS
+                slots[s], slots[s + 1] = tag, stamp
+    for sid, is_end, stamp in events:
+        ring[count & (batch - 1)] = ((sid & 0x7FFFFFFF) | (D.END_FLAG if is_end else 0), stamp & D.M32)
+        count += 1
+        if count & (batch - 1) == 0:
+            flush(batch)
+    if count & (batch - 1):
+        flush(count & (batch - 1))
+    return slots, count
+
+
+@pytest.mark.parametrize("capacity,batch,iters", [(64, 16, 5), (16, 16, 10), (4, 16, 3), (5, 8, 7), (1, 16, 2),
+                                                  (1024, 16, 1)])
+def test_staged_flush_writes_what_direct_mode_writes(capacity, batch, iters):
+    """The staged mode must leave the same buffer as one store per record (decode.encode mirrors that):
+    the decoder's output is identical whatever the mode."""
+    nw = 2
+    blocks = make_blocks(1, nw, iters, wrap=False)
+    direct = D.encode(blocks, capacity=capacity, num_warps=nw)
+    for w, events in enumerate(blocks[0]["warps"]):
+        slots, count = staged_buffer(events, capacity, batch)
+        wb = D.BLOCK_HEADER_WORDS + w * (D.WARP_HEADER_WORDS + capacity * D.RECORD_WORDS)
+        assert direct[wb + 1] == count
+        got = direct[wb + D.WARP_HEADER_WORDS: wb + D.WARP_HEADER_WORDS + capacity * D.RECORD_WORDS]
+        assert np.array_equal(got, slots)
 
 
 # ---------------------------------------------------------------- synthetic buffers

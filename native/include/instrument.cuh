@@ -3,7 +3,7 @@
 // Layout of the global profile buffer (all little-endian uint32 words), one region per block,
 // block b at word offset b * instr::block_words(num_warps, capacity):
 //
-//   block header (INSTR_BLOCK_HEADER_WORDS = 16 words), written by thread 0 in end(): a block that
+//   block header (INSTR_BLOCK_HEADER_WORDS = 16 words), written by warp 0 in end(): a block that
 //   never reaches end() keeps a zero header and the decoder counts it as missing
 //     [0]  magic INSTR_MAGIC ('INST')
 //     [1]  linear block id                  [2]  SM id (%smid)
@@ -22,7 +22,18 @@
 //     Record i of a warp goes to slot i % capacity (circular buffer): when total > capacity the
 //     oldest total - capacity records were overwritten; the decoder reports them as dropped.
 //
-// Only lane 0 of each warp writes records. With ENABLED = false every member is an empty inline
+// Modes (template parameter MODE; the buffer layout is the same in every mode):
+//   INSTR_MODE_STAGED (default): lane 0 of each warp writes its records into a small shared-memory
+//     batch (BATCH records per warp); every BATCH records, and at end(), the whole warp copies the
+//     batch to the global buffer with one coalesced store per lane.  A record costs a clock read, a
+//     shared store and a counter update; global memory sees full-line writes instead of one 8-byte
+//     write per record.
+//   INSTR_MODE_WARP0: the same, but only warp 0 of each block records (the others write their
+//     warp header with 0 records): for short memory-bound kernels where 8 warps x 2 records per
+//     scope is measurable.
+//   INSTR_MODE_DIRECT: lane 0 stores every record straight to global memory (the original design).
+// Every thread of a warp must call begin/enter/exit/end in warp-uniform control flow (they already
+// had to: end() is called by every thread).  With ENABLED = false every member is an empty inline
 // function and the kernel compiles to the uninstrumented code.
 #pragma once
 #include <cstdint>
@@ -33,6 +44,9 @@
 #define INSTR_RECORD_WORDS 2
 #define INSTR_END_FLAG 0x80000000u
 #define INSTR_FLAG_GLOBALTIMER 1u
+#define INSTR_MODE_DIRECT 0
+#define INSTR_MODE_STAGED 1
+#define INSTR_MODE_WARP0 2
 
 namespace instr {
 
@@ -67,16 +81,28 @@ __device__ __forceinline__ void store2(uint32_t *p, uint32_t a, uint32_t b) {
 }
 
 // USE_GLOBALTIMER: stamp records with %globaltimer (ns) instead of the SM cycle counter.
-template <bool ENABLED, bool USE_GLOBALTIMER = false>
+// MAX_WARPS: warps per block the shared-memory batches are sized for (blocks of up to 32*MAX_WARPS threads).
+template <bool ENABLED, bool USE_GLOBALTIMER = false, int MODE = INSTR_MODE_STAGED, int MAX_WARPS = 8,
+          int BATCH = 16>
 struct Profiler {
-  uint32_t *block_base = nullptr;
-  uint32_t *warp_records = nullptr;
-  uint32_t count = 0;
-  uint32_t slot = 0;
+  static_assert(BATCH >= 1 && BATCH <= 32 && (BATCH & (BATCH - 1)) == 0, "BATCH: a power of two <= 32");
+  static constexpr bool STAGED = MODE != INSTR_MODE_DIRECT;
+
+  struct Shared {
+    uint2 rec[MAX_WARPS][BATCH];   // staged records (tag, stamp)
+    uint32_t begin_stamp[MAX_WARPS];
+    unsigned long long clock0, gtime0;
+  };
+  __device__ __forceinline__ static Shared &shared() {
+    __shared__ Shared s;
+    return s;
+  }
+
+  uint32_t *buffer = nullptr;
   uint32_t capacity = 0;
-  uint32_t begin_stamp = 0;
-  uint64_t start_clock = 0, start_gtime = 0;
-  bool writer = false;
+  uint32_t count = 0;
+  uint32_t begin_stamp = 0;     // DIRECT mode keeps it in a register
+  bool recording = false;       // this warp records (all warps, or warp 0 in WARP0 mode)
 
   __device__ __forceinline__ uint32_t stamp() const {
     if constexpr (USE_GLOBALTIMER) {
@@ -86,36 +112,70 @@ struct Profiler {
     }
   }
 
-  // Call once per block, by every thread, before the first scope. The block header is written by
-  // thread 0 in end() (begin() only reads the clocks), so nothing is stored on the way in.
-  __device__ __forceinline__ void begin(uint32_t *buffer, uint32_t cap) {
+  __device__ __forceinline__ static uint32_t tid_() {
+    return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  }
+  __device__ __forceinline__ static uint32_t nwarps_() { return (blockDim.x * blockDim.y * blockDim.z + 31) / 32; }
+  __device__ __forceinline__ static uint64_t bid_() {
+    return blockIdx.x + (uint64_t)gridDim.x * (blockIdx.y + (uint64_t)gridDim.y * blockIdx.z);
+  }
+  __device__ __forceinline__ uint32_t *block_base() const { return buffer + bid_() * block_words(nwarps_(), capacity); }
+  __device__ __forceinline__ uint32_t *warp_header(uint32_t warp) const {
+    return block_base() + INSTR_BLOCK_HEADER_WORDS +
+           (uint64_t)warp * (INSTR_WARP_HEADER_WORDS + (uint64_t)capacity * INSTR_RECORD_WORDS);
+  }
+
+  // Call once per block, by every thread, before the first scope. Nothing is stored to global memory here.
+  __device__ __forceinline__ void begin(uint32_t *buf, uint32_t cap) {
     if constexpr (ENABLED) {
-      const uint32_t nwarps = (blockDim.x * blockDim.y * blockDim.z + 31) / 32;
-      const uint32_t tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-      const uint64_t bid = blockIdx.x + (uint64_t)gridDim.x * (blockIdx.y + (uint64_t)gridDim.y * blockIdx.z);
-      const uint32_t warp = tid / 32;
+      buffer = buf;
       capacity = cap;
-      block_base = buffer + bid * block_words(nwarps, cap);
-      warp_records = block_base + INSTR_BLOCK_HEADER_WORDS +
-                     (uint64_t)warp * (INSTR_WARP_HEADER_WORDS + (uint64_t)cap * INSTR_RECORD_WORDS) +
-                     INSTR_WARP_HEADER_WORDS;
-      writer = (tid % 32) == 0;
       count = 0;
-      slot = 0;
-      if (tid == 0) {  // only register reads here; the header is written in end()
-        start_clock = clock();
-        start_gtime = globaltimer();
+      const uint32_t tid = tid_(), warp = tid / 32;
+      recording = MODE != INSTR_MODE_WARP0 || warp == 0;
+      if (tid == 0) {  // clocks of the block start (the header is written in end())
+        shared().clock0 = clock();
+        shared().gtime0 = globaltimer();
       }
-      begin_stamp = stamp();
+      const uint32_t s = stamp();
+      if constexpr (STAGED) {
+        if ((tid & 31) == 0) shared().begin_stamp[warp] = s;
+      } else {
+        begin_stamp = s;
+      }
     }
+  }
+
+  // copy the last n staged records of this warp to their global slots (all lanes of the warp)
+  __device__ __forceinline__ void flush_batch(uint32_t n) {
+    __syncwarp();
+    const uint32_t lane = tid_() & 31, warp = tid_() / 32;
+    const uint32_t first = count - n;  // record index of the first staged record
+    // when n > capacity only the newest `capacity` records survive: the others are not written, so no
+    // two lanes of one store target the same slot
+    if (lane < n && lane + capacity >= n) {
+      const uint2 r = shared().rec[warp][(first + lane) & (BATCH - 1)];
+      store2(warp_header(warp) + INSTR_WARP_HEADER_WORDS + (uint64_t)((first + lane) % capacity) * INSTR_RECORD_WORDS,
+             r.x, r.y);
+    }
+    __syncwarp();
   }
 
   __device__ __forceinline__ void record(uint32_t tag) {
     if constexpr (ENABLED) {
+      if (!recording) return;
       const uint32_t t = stamp();
-      if (writer) store2(warp_records + (uint64_t)slot * INSTR_RECORD_WORDS, tag, t);
-      ++count;
-      slot = (slot + 1 == capacity) ? 0u : slot + 1;  // circular: slot == count % capacity
+      const uint32_t tid = tid_();
+      if constexpr (STAGED) {
+        if ((tid & 31) == 0) shared().rec[tid / 32][count & (BATCH - 1)] = make_uint2(tag, t);
+        ++count;
+        if ((count & (BATCH - 1)) == 0) flush_batch(BATCH);
+      } else {
+        if ((tid & 31) == 0)
+          store2(warp_header(tid / 32) + INSTR_WARP_HEADER_WORDS + (uint64_t)(count % capacity) * INSTR_RECORD_WORDS,
+                 tag, t);
+        ++count;
+      }
     }
   }
 
@@ -123,31 +183,36 @@ struct Profiler {
   __device__ __forceinline__ void exit(uint32_t scope_id) { record(scope_id | INSTR_END_FLAG); }
 
   // Call once per block, by every thread, after the last scope (no early returns in between).
-  // No barrier: each warp finishes on its own; thread 0 stamps the block end when warp 0 ends.
+  // No barrier: each warp finishes on its own; warp 0 writes the block header when it ends.
   __device__ __forceinline__ void end() {
     if constexpr (ENABLED) {
-      const uint32_t tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-      if (writer) {
-        uint32_t *wh = warp_records - INSTR_WARP_HEADER_WORDS;
-        wh[0] = tid / 32;
-        wh[1] = count;
-        wh[2] = begin_stamp;
-        wh[3] = stamp();
+      const uint32_t tid = tid_(), lane = tid & 31, warp = tid / 32;
+      if constexpr (STAGED) {
+        if (recording && (count & (BATCH - 1))) flush_batch(count & (BATCH - 1));
       }
-      if (tid == 0) {
+      const uint32_t e = stamp();
+      if (lane == 0) {
+        uint32_t *wh = warp_header(warp);
+        const uint32_t b = STAGED ? shared().begin_stamp[warp] : begin_stamp;
+        reinterpret_cast<uint2 *>(wh)[0] = make_uint2(warp, count);
+        reinterpret_cast<uint2 *>(wh)[1] = make_uint2(b, e);
+      }
+      if (warp == 0) {  // block header: 8 x 8 bytes, one per lane of warp 0
         const uint64_t c = clock();
         const uint64_t g = globaltimer();
-        const uint32_t nwarps = (blockDim.x * blockDim.y * blockDim.z + 31) / 32;
-        const uint64_t bid = blockIdx.x + (uint64_t)gridDim.x * (blockIdx.y + (uint64_t)gridDim.y * blockIdx.z);
-        uint2 *h = reinterpret_cast<uint2 *>(block_base);  // 16 words as 8-byte stores (8-byte aligned)
-        h[0] = make_uint2(INSTR_MAGIC, (uint32_t)bid);
-        h[1] = make_uint2(smid(), nwarps);
-        h[2] = make_uint2(capacity, USE_GLOBALTIMER ? INSTR_FLAG_GLOBALTIMER : 0u);
-        h[3] = make_uint2((uint32_t)start_clock, (uint32_t)(start_clock >> 32));
-        h[4] = make_uint2((uint32_t)c, (uint32_t)(c >> 32));
-        h[5] = make_uint2((uint32_t)start_gtime, (uint32_t)(start_gtime >> 32));
-        h[6] = make_uint2((uint32_t)g, (uint32_t)(g >> 32));
-        h[7] = make_uint2(0u, 0u);
+        const uint64_t c0 = shared().clock0, g0 = shared().gtime0;
+        uint2 v = make_uint2(0u, 0u);
+        switch (lane) {
+          case 0: v = make_uint2(INSTR_MAGIC, (uint32_t)bid_()); break;
+          case 1: v = make_uint2(smid(), nwarps_()); break;
+          case 2: v = make_uint2(capacity, USE_GLOBALTIMER ? INSTR_FLAG_GLOBALTIMER : 0u); break;
+          case 3: v = make_uint2((uint32_t)c0, (uint32_t)(c0 >> 32)); break;
+          case 4: v = make_uint2((uint32_t)c, (uint32_t)(c >> 32)); break;
+          case 5: v = make_uint2((uint32_t)g0, (uint32_t)(g0 >> 32)); break;
+          case 6: v = make_uint2((uint32_t)g, (uint32_t)(g >> 32)); break;
+          default: break;
+        }
+        if (lane < 8) reinterpret_cast<uint2 *>(block_base())[lane] = v;
       }
     }
   }

@@ -4,11 +4,12 @@
 #pragma once
 #include <cstdint>
 
+// `mode`: INSTR_MODE_DIRECT (0), INSTR_MODE_STAGED (1, default), INSTR_MODE_WARP0 (2) (instrument.cuh).
 int native_matmul_f16(const void *a, const void *b, float *c, int M, int N, int K,
-                      uint32_t *prof, uint32_t capacity, void *stream);
+                      uint32_t *prof, uint32_t capacity, int mode, void *stream);
 int native_softmax_f16(const void *x, void *y, int rows, int cols, uint32_t *prof, uint32_t capacity,
-                       void *stream);
+                       int mode, void *stream);
 int native_layer_norm_f16(const void *x, const void *w, const void *b, void *y, int rows, int cols,
-                          float eps, uint32_t *prof, uint32_t capacity, void *stream);
+                          float eps, uint32_t *prof, uint32_t capacity, int mode, void *stream);
 int native_calibrate(uint64_t spin_cycles, int blocks, int threads, unsigned long long *sink,
-                     uint32_t *prof, uint32_t capacity, void *stream);
+                     uint32_t *prof, uint32_t capacity, int mode, void *stream);

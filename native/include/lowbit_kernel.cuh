@@ -23,7 +23,8 @@
 
 namespace lowbit {
 
-enum { S_WAIT = 0, S_ISSUE = 1, S_COMPUTE = 2, S_OUTPUT = 3 };
+// instrumentation scopes (native/lowbit.py SCOPES): 4 records per stage, 2 per range end
+enum { S_WAIT = 0, S_COMPUTE = 1, S_OUTPUT = 2 };
 
 __host__ __device__ constexpr int scale_bytes(bool zero) { return zero ? 128 : 64; }
 
@@ -182,14 +183,12 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_gemv_kernel(const __grid_co
     cp_async_wait<S - 2>();
     __syncthreads();
     prof.exit(S_WAIT);
-    prof.enter(S_ISSUE);
+    prof.enter(S_COMPUTE);  // issue the copies of stage f + S - 1, then dequantize + mma stage f
     pin(lw);
     pin(ls);
     if (f + S - 1 < f_end) issue();
     cp_async_commit();
-    prof.exit(S_ISSUE);
 
-    prof.enter(S_COMPUTE);
     const uint8_t *st = stages + cso;
 #ifndef LOWBIT_SASS_STEADY
     const uint32_t fmask = (tab_sm[it] >> 20) & 0xFF;

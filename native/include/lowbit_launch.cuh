@@ -10,8 +10,9 @@
 
 namespace lowbit {
 
+// grid > 0: that many blocks (at most the work items); 0: sms x occupancy.  dry: only report the grid.
 template <class R, int MT, bool OB, bool XS, bool PROF>
-int launch_gemv(const GemvParams &p, int sms, cudaStream_t s, int grid, int *grid_used) {
+int launch_gemv(const GemvParams &p, int sms, cudaStream_t s, int grid, int *grid_used, bool dry) {
   auto k = lowbit_gemv_kernel<R, MT, OB, XS, PROF>;
   const int smem = gemv_smem_bytes(R::BITS, R::ZERO, p.MX, p.slots, p.iters);
   static int attr_smem = 0, occ_smem = -1, occ = 0;  // per instantiation (one device per process)
@@ -30,6 +31,7 @@ int launch_gemv(const GemvParams &p, int sms, cudaStream_t s, int grid, int *gri
   int g = grid > 0 ? grid : sms * occ;
   if (g > T) g = T;
   if (grid_used) *grid_used = g;
+  if (dry) return 0;
   GemvParams q = p;
   q.magic = R::MAGIC;
   k<<<g, THREADS, smem, s>>>(q);
@@ -38,21 +40,21 @@ int launch_gemv(const GemvParams &p, int sms, cudaStream_t s, int grid, int *gri
 
 template <class R>
 int gemv_dispatch(int mt, bool ob, bool xs, bool prof, const GemvParams &p, int sms, cudaStream_t s, int grid,
-                  int *used) {
+                  int *used, bool dry) {
   if constexpr (R::BF16) {
-    if (!xs && ob && !prof && mt == 2) return launch_gemv<R, 2, true, false, false>(p, sms, s, grid, used);
+    if (!xs && ob && !prof && mt == 2) return launch_gemv<R, 2, true, false, false>(p, sms, s, grid, used, dry);
     if constexpr (R::XSPLIT) {
-      if (xs && !ob && !prof && mt == 2) return launch_gemv<R, 2, false, true, false>(p, sms, s, grid, used);
-      if (xs && !ob && !prof && mt == 4) return launch_gemv<R, 4, false, true, false>(p, sms, s, grid, used);
+      if (xs && !ob && !prof && mt == 2) return launch_gemv<R, 2, false, true, false>(p, sms, s, grid, used, dry);
+      if (xs && !ob && !prof && mt == 4) return launch_gemv<R, 4, false, true, false>(p, sms, s, grid, used, dry);
     }
   } else {
     if (!xs && !ob && !prof) {
-      if (mt == 1) return launch_gemv<R, 1, false, false, false>(p, sms, s, grid, used);
-      if (mt == 2) return launch_gemv<R, 2, false, false, false>(p, sms, s, grid, used);
+      if (mt == 1) return launch_gemv<R, 1, false, false, false>(p, sms, s, grid, used, dry);
+      if (mt == 2) return launch_gemv<R, 2, false, false, false>(p, sms, s, grid, used, dry);
     }
     if constexpr (R::PROF) {
-      if (!xs && !ob && prof && mt == 1) return launch_gemv<R, 1, false, false, true>(p, sms, s, grid, used);
-      if (!xs && !ob && prof && mt == 2) return launch_gemv<R, 2, false, false, true>(p, sms, s, grid, used);
+      if (!xs && !ob && prof && mt == 1) return launch_gemv<R, 1, false, false, true>(p, sms, s, grid, used, dry);
+      if (!xs && !ob && prof && mt == 2) return launch_gemv<R, 2, false, false, true>(p, sms, s, grid, used, dry);
     }
   }
   return -1;
@@ -78,8 +80,9 @@ int dequant_dispatch(bool ob, const DequantParams &p, int nblk, cudaStream_t s) 
 
 #define LOWBIT_DEFINE(R)                                                                                      \
   int lowbit_gemv_##R(int mt, bool ob, bool xs, bool prof, const lowbit::GemvParams &p, int sms, void *s,      \
-                      int grid, int *used) {                                                                  \
-    return lowbit::gemv_dispatch<lowbit::R>(mt, ob, xs, prof, p, sms, static_cast<cudaStream_t>(s), grid, used); \
+                      int grid, int *used, bool dry) {                                                        \
+    return lowbit::gemv_dispatch<lowbit::R>(mt, ob, xs, prof, p, sms, static_cast<cudaStream_t>(s), grid, used, \
+                                            dry);                                                             \
   }                                                                                                           \
   int lowbit_dequant_##R(bool ob, const lowbit::DequantParams &p, int nblk, void *s) {                        \
     return lowbit::dequant_dispatch<lowbit::R>(ob, p, nblk, static_cast<cudaStream_t>(s));                    \

@@ -34,6 +34,9 @@ struct DequantParams {
 // recipe / variant combination was not built. `recipe` is e.g. "f16_u4" (native/lowbit_layout.py).
 int native_lowbit_gemv(const char *recipe, int mt, int out_bf16, int xsplit, int prof, const lowbit::GemvParams *p,
                        int sms, void *stream, int grid, int *grid_used);
+// the grid native_lowbit_gemv would launch (only M, MX, slots, iters, nblocks, ngroups of *p are read); -1: none
+int native_lowbit_gemv_grid(const char *recipe, int mt, int out_bf16, int xsplit, int prof, const lowbit::GemvParams *p,
+                            int sms, int grid);
 int native_lowbit_dequant(const char *recipe, int out_bf16, const lowbit::DequantParams *p, int nblk, void *stream);
 int native_lowbit_xsplit(const void *x, void *out, int n_elem, void *stream);
 int native_lowbit_smem_bytes(const char *recipe, int MX, int slots, int iters);

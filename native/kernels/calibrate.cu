@@ -5,9 +5,9 @@
 #include "launchers.h"
 
 namespace {
-template <bool PROF>
+template <bool PROF, int MODE = INSTR_MODE_STAGED>
 __global__ void calibrate_kernel(uint64_t spin_cycles, unsigned long long *sink, uint32_t *prof_buf, uint32_t cap) {
-  instr::Profiler<PROF> prof;
+  instr::Profiler<PROF, false, MODE, 32> prof;  // up to 1024 threads
   prof.begin(prof_buf, cap);
   prof.enter(0);
   const uint64_t t0 = instr::clock();
@@ -24,9 +24,14 @@ __global__ void calibrate_kernel(uint64_t spin_cycles, unsigned long long *sink,
 }  // namespace
 
 int native_calibrate(uint64_t spin_cycles, int blocks, int threads, unsigned long long *sink, uint32_t *prof,
-                     uint32_t capacity, void *stream) {
+                     uint32_t capacity, int mode, void *stream) {
+  if (threads < 1 || threads > 1024) return (int)cudaErrorInvalidValue;
   auto s = static_cast<cudaStream_t>(stream);
-  if (prof)
+  if (prof && mode == INSTR_MODE_DIRECT)
+    calibrate_kernel<true, INSTR_MODE_DIRECT><<<blocks, threads, 0, s>>>(spin_cycles, sink, prof, capacity);
+  else if (prof && mode == INSTR_MODE_WARP0)
+    calibrate_kernel<true, INSTR_MODE_WARP0><<<blocks, threads, 0, s>>>(spin_cycles, sink, prof, capacity);
+  else if (prof)
     calibrate_kernel<true><<<blocks, threads, 0, s>>>(spin_cycles, sink, prof, capacity);
   else
     calibrate_kernel<false><<<blocks, threads, 0, s>>>(spin_cycles, sink, nullptr, 0);

@@ -22,13 +22,13 @@ __device__ __forceinline__ float block_sum(float v, float *smem) {
   return v;
 }
 
-template <bool PROF>
+template <bool PROF, int MODE = INSTR_MODE_STAGED>
 __global__ void __launch_bounds__(THREADS) layer_norm_kernel(const half *__restrict__ x, const half *__restrict__ w,
                                                              const half *__restrict__ b, half *__restrict__ y,
                                                              int cols, float eps, uint32_t *prof_buf,
                                                              uint32_t cap) {
   __shared__ float red[THREADS / 32];
-  instr::Profiler<PROF> prof;
+  instr::Profiler<PROF, false, MODE> prof;
   prof.begin(prof_buf, cap);
   const size_t base = (size_t)blockIdx.x * cols;
   float v[ITEMS];
@@ -65,14 +65,17 @@ __global__ void __launch_bounds__(THREADS) layer_norm_kernel(const half *__restr
 }  // namespace
 
 int native_layer_norm_f16(const void *x, const void *w, const void *b, void *y, int rows, int cols, float eps,
-                          uint32_t *prof, uint32_t capacity, void *stream) {
+                          uint32_t *prof, uint32_t capacity, int mode, void *stream) {
   if (cols > THREADS * ITEMS || cols <= 0) return (int)cudaErrorInvalidValue;
   auto s = static_cast<cudaStream_t>(stream);
-  if (prof)
-    layer_norm_kernel<true><<<rows, THREADS, 0, s>>>((const half *)x, (const half *)w, (const half *)b, (half *)y,
-                                                     cols, eps, prof, capacity);
+  const half *xx = (const half *)x, *ww = (const half *)w, *bb = (const half *)b;
+  if (prof && mode == INSTR_MODE_DIRECT)
+    layer_norm_kernel<true, INSTR_MODE_DIRECT><<<rows, THREADS, 0, s>>>(xx, ww, bb, (half *)y, cols, eps, prof, capacity);
+  else if (prof && mode == INSTR_MODE_WARP0)
+    layer_norm_kernel<true, INSTR_MODE_WARP0><<<rows, THREADS, 0, s>>>(xx, ww, bb, (half *)y, cols, eps, prof, capacity);
+  else if (prof)
+    layer_norm_kernel<true><<<rows, THREADS, 0, s>>>(xx, ww, bb, (half *)y, cols, eps, prof, capacity);
   else
-    layer_norm_kernel<false><<<rows, THREADS, 0, s>>>((const half *)x, (const half *)w, (const half *)b, (half *)y,
-                                                      cols, eps, nullptr, 0);
+    layer_norm_kernel<false><<<rows, THREADS, 0, s>>>(xx, ww, bb, (half *)y, cols, eps, nullptr, 0);
   return (int)cudaGetLastError();
 }

@@ -8,7 +8,7 @@
 
 #define LOWBIT_DECLARE(R)                                                                                  \
   int lowbit_gemv_##R(int mt, bool ob, bool xs, bool prof, const lowbit::GemvParams &p, int sms, void *s,   \
-                      int grid, int *used);                                                                \
+                      int grid, int *used, bool dry);                                                      \
   int lowbit_dequant_##R(bool ob, const lowbit::DequantParams &p, int nblk, void *s);
 LOWBIT_RECIPES(LOWBIT_DECLARE)
 
@@ -17,7 +17,7 @@ struct Entry {
   const char *name;
   int bits;
   bool zero;
-  int (*gemv)(int, bool, bool, bool, const lowbit::GemvParams &, int, void *, int, int *);
+  int (*gemv)(int, bool, bool, bool, const lowbit::GemvParams &, int, void *, int, int *, bool);
   int (*dequant)(bool, const lowbit::DequantParams &, int, void *);
 };
 #define LOWBIT_ENTRY(R) {lowbit::R::NAME, lowbit::R::BITS, lowbit::R::ZERO, &lowbit_gemv_##R, &lowbit_dequant_##R},
@@ -33,7 +33,15 @@ const Entry *find(const char *name) {
 int native_lowbit_gemv(const char *recipe, int mt, int out_bf16, int xsplit, int prof, const lowbit::GemvParams *p,
                        int sms, void *stream, int grid, int *grid_used) {
   const Entry *e = find(recipe);
-  return e ? e->gemv(mt, out_bf16 != 0, xsplit != 0, prof != 0, *p, sms, stream, grid, grid_used) : -1;
+  return e ? e->gemv(mt, out_bf16 != 0, xsplit != 0, prof != 0, *p, sms, stream, grid, grid_used, false) : -1;
+}
+
+int native_lowbit_gemv_grid(const char *recipe, int mt, int out_bf16, int xsplit, int prof,
+                            const lowbit::GemvParams *p, int sms, int grid) {
+  const Entry *e = find(recipe);
+  int used = 0;
+  const int err = e ? e->gemv(mt, out_bf16 != 0, xsplit != 0, prof != 0, *p, sms, nullptr, grid, &used, true) : -1;
+  return err ? -1 : used;
 }
 
 int native_lowbit_dequant(const char *recipe, int out_bf16, const lowbit::DequantParams *p, int nblk, void *stream) {

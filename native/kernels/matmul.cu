@@ -14,13 +14,13 @@ constexpr int BM = 128, BN = 128, BK = 32, THREADS = 256;
 constexpr int LDA = BK + 8, LDB = BN + 8;
 enum { S_LOOP = 0, S_LOAD = 1, S_MMA = 2, S_STORE = 3 };
 
-template <bool PROF>
+template <bool PROF, int MODE = INSTR_MODE_STAGED>
 __global__ void __launch_bounds__(THREADS) matmul_kernel(const half *__restrict__ A, const half *__restrict__ B,
                                                          float *__restrict__ C, int M, int N, int K,
                                                          uint32_t *prof_buf, uint32_t cap) {
   __shared__ __align__(32) half As[BM * LDA];
   __shared__ __align__(32) half Bs[BK * LDB];
-  instr::Profiler<PROF> prof;
+  instr::Profiler<PROF, false, MODE> prof;
   prof.begin(prof_buf, cap);
 
   const int tid = threadIdx.x, warp = tid / 32;
@@ -81,11 +81,17 @@ __global__ void __launch_bounds__(THREADS) matmul_kernel(const half *__restrict_
 }  // namespace
 
 int native_matmul_f16(const void *a, const void *b, float *c, int M, int N, int K, uint32_t *prof,
-                      uint32_t capacity, void *stream) {
+                      uint32_t capacity, int mode, void *stream) {
   if (M % BM || N % BN || K % BK) return (int)cudaErrorInvalidValue;
   dim3 grid(N / BN, M / BM);
   auto s = static_cast<cudaStream_t>(stream);
-  if (prof)
+  if (prof && mode == INSTR_MODE_DIRECT)
+    matmul_kernel<true, INSTR_MODE_DIRECT><<<grid, THREADS, 0, s>>>((const half *)a, (const half *)b, c, M, N, K,
+                                                                     prof, capacity);
+  else if (prof && mode == INSTR_MODE_WARP0)
+    matmul_kernel<true, INSTR_MODE_WARP0><<<grid, THREADS, 0, s>>>((const half *)a, (const half *)b, c, M, N, K,
+                                                                    prof, capacity);
+  else if (prof)
     matmul_kernel<true><<<grid, THREADS, 0, s>>>((const half *)a, (const half *)b, c, M, N, K, prof, capacity);
   else
     matmul_kernel<false><<<grid, THREADS, 0, s>>>((const half *)a, (const half *)b, c, M, N, K, nullptr, 0);

@@ -27,11 +27,11 @@ __device__ __forceinline__ float block_reduce(float v, float *smem) {
   return v;
 }
 
-template <bool PROF>
+template <bool PROF, int MODE = INSTR_MODE_STAGED>
 __global__ void __launch_bounds__(THREADS) softmax_kernel(const half *__restrict__ x, half *__restrict__ y, int cols,
                                                           uint32_t *prof_buf, uint32_t cap) {
   __shared__ float red[THREADS / 32];
-  instr::Profiler<PROF> prof;
+  instr::Profiler<PROF, false, MODE> prof;
   prof.begin(prof_buf, cap);
   const size_t base = (size_t)blockIdx.x * cols;
   float v[ITEMS];
@@ -68,11 +68,15 @@ __global__ void __launch_bounds__(THREADS) softmax_kernel(const half *__restrict
 }
 }  // namespace
 
-int native_softmax_f16(const void *x, void *y, int rows, int cols, uint32_t *prof, uint32_t capacity,
+int native_softmax_f16(const void *x, void *y, int rows, int cols, uint32_t *prof, uint32_t capacity, int mode,
                        void *stream) {
   if (cols > THREADS * ITEMS || cols <= 0) return (int)cudaErrorInvalidValue;
   auto s = static_cast<cudaStream_t>(stream);
-  if (prof)
+  if (prof && mode == INSTR_MODE_DIRECT)
+    softmax_kernel<true, INSTR_MODE_DIRECT><<<rows, THREADS, 0, s>>>((const half *)x, (half *)y, cols, prof, capacity);
+  else if (prof && mode == INSTR_MODE_WARP0)
+    softmax_kernel<true, INSTR_MODE_WARP0><<<rows, THREADS, 0, s>>>((const half *)x, (half *)y, cols, prof, capacity);
+  else if (prof)
     softmax_kernel<true><<<rows, THREADS, 0, s>>>((const half *)x, (half *)y, cols, prof, capacity);
   else
     softmax_kernel<false><<<rows, THREADS, 0, s>>>((const half *)x, (half *)y, cols, nullptr, 0);

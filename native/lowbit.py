@@ -1,0 +1,257 @@
+"""Native CUDA C++ weight-only low-bit matmul y[M, N] = x[M, K] @ dequant(W)[K, N] (issue 13).
+
+Pure compute (no harness imports), in the style of kernels/baselines:
+
+    from kernels.baselines import Case
+    from native import lowbit
+    lowbit.supports(Case("u4", "f16", 128, K, N))   # None, or why not (no GPU work, no build)
+    fn = lowbit.prepare(qw, torch.float16, M=1)     # packs the weight, builds the extension
+    y = fn(x)                                       # [M, N] in the activation dtype
+
+Every format of kernels/lowbit (u1-u8 with zero points, i2-i8, every eXmY float), f16 and bf16
+activations, group sizes that are multiples of 8 or per channel.
+
+* M <= 16 ("decode"; group size -1 or a multiple of 32): one launch of the decode kernel
+  (native/include/lowbit_kernel.cuh): mma.sync m16n8k16 on the packed weights (layout and
+  dequantization recipes: native/lowbit_layout.py), stream-K over all SMs.  f16 activations
+  with floats of >= 5 exponent bits (f8e5m2 ...) run on bf16 tensor cores with x split into
+  two exact bf16 rows (one more small launch).
+* otherwise ("prefill"): the native dequantize kernel writes W^T in the activation dtype,
+  chunk by chunk of output channels, on a side stream, while cuBLAS (torch.mm) multiplies the
+  previous chunk; the result is y^T transposed (a [M, N] view with strides (1, M)).
+
+The decode kernel's f32 workspace and n-block counters are shared per device and stay zero
+between launches (the kernel re-zeroes what it used); calls must not run concurrently on
+several streams of one device.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from kernels import Unavailable, Unsupported
+from native import lowbit_layout as LL
+
+TOLERANCE = None          # the harness's default per activation dtype: products are exact, sums f32
+DECODE_MAX_M = 16
+PREFILL_CHUNKS = 8        # output-channel chunks of the prefill path (dequantize one while cuBLAS runs another)
+SCOPES = ("wait", "compute", "output")   # instrumented decode kernel (lowbit_kernel.cuh enum)
+WARPS_PER_BLOCK = LL.WARPS
+
+
+def supports(case) -> Optional[str]:
+    """None if the native kernels compute this case (kernels.baselines.Case), else why not."""
+    from kernels.baselines._common import lowbit_case
+    fmt, why = lowbit_case(case)
+    if why:
+        return why
+    g = case.group_size
+    if g != -1 and (g <= 0 or g % 8):
+        return f"group size {g} is not -1 or a positive multiple of 8"
+    if case.K is not None and case.K % 8:
+        return f"K={case.K} is not a multiple of 8 (x is staged in 16-byte chunks)"
+    if case.K is not None and g not in (-1, None) and case.K % g:
+        return f"group size {g} does not divide K={case.K}"
+    return None
+
+
+# ----------------------------------------------------------------------------- packed weight
+
+@dataclass
+class PackedWeight:
+    rec: LL.Recipe
+    xsplit: bool
+    L: LL.Layout
+    words: torch.Tensor       # int32 [nblocks, iters, WARPS, vec, 32, 4]
+    scales: torch.Tensor      # act dtype [nblocks, WARPS, ngroups, 2, 8, 2|4]
+    stab: torch.Tensor        # int32 [iters]
+    slots: int
+    qw: object                # the QuantizedWeight (its scales / zeros feed the dequantize kernel)
+    act: torch.dtype
+
+    @property
+    def decode_group_ok(self) -> bool:
+        return LL.group_ok(self.L.K, self.qw.group_size) is None
+
+
+def pack(qw) -> PackedWeight:
+    """The kernel layout of a QuantizedWeight (on the weight's device; pure data movement)."""
+    act = "bf16" if qw.act_dtype == torch.bfloat16 else "f16"
+    rec, xsplit = LL.recipe_for(qw.fmt, act)
+    L = LL.Layout.of(qw.K, qw.N, qw.group_size, rec.kstep)
+    words = LL.pack_codes(rec, qw.codes(), L)
+    dev = qw.packed.device
+    stab = LL.stage_table(L)
+    return PackedWeight(rec, xsplit, L, words, LL.pack_scales(qw, L), stab.to(dev), LL.stage_slots(stab), qw,
+                        qw.act_dtype)
+
+
+# ----------------------------------------------------------------------------- device state
+
+_WORKSPACE: dict = {}
+
+
+def _workspace(dev: torch.device, floats: int, counters: int):
+    """The shared zero f32 workspace and counters of a device (grown, never shrunk)."""
+    key = (dev.type, dev.index)
+    y32, cnt = _WORKSPACE.get(key, (None, None))
+    if y32 is None or y32.numel() < floats:
+        y32 = torch.zeros(max(floats, 1 << 16), dtype=torch.float32, device=dev)
+    if cnt is None or cnt.numel() < counters:
+        cnt = torch.zeros(max(counters, 1024), dtype=torch.int32, device=dev)
+    _WORKSPACE[key] = (y32, cnt)
+    return y32, cnt
+
+
+def _reset_workspace(dev: torch.device):
+    for t in _WORKSPACE.get((dev.type, dev.index), ()):
+        t.zero_()
+
+
+def _mt(pw: PackedWeight, M: int) -> int:
+    """m16n8 tiles of the decode variant for M rows (the variants native/include/lowbit_launch.cuh builds)."""
+    if pw.xsplit:
+        return 2 if 2 * M <= 16 else 4
+    if pw.rec.target == "bf16":
+        return 2
+    return 1 if M <= 8 else 2
+
+
+class LowbitMatmul:
+    """fn(x) -> y for one packed weight (what `prepare` returns)."""
+
+    def __init__(self, pw: PackedWeight, mod, grid: Optional[int] = None):
+        self.pw, self.mod, self.grid = pw, mod, grid
+        self.dev = pw.words.device
+        self.sms = torch.cuda.get_device_properties(self.dev).multi_processor_count
+        self._empty = torch.empty(0, dtype=torch.int32, device=self.dev)
+        self._side = None
+        self._grids: dict = {}
+
+    # -- decode ------------------------------------------------------------------------------
+    def decode_ok(self, M: int) -> bool:
+        return M <= DECODE_MAX_M and self.pw.decode_group_ok
+
+    def _gemv(self, x: torch.Tensor, prof: Optional[torch.Tensor] = None, cap: int = 0, grid: int = 0):
+        pw, L = self.pw, self.pw.L
+        M = x.shape[0]
+        y = torch.empty(M, L.N, dtype=pw.act, device=self.dev)
+        xin = x
+        if pw.xsplit:
+            xin = torch.empty(2 * M, L.K, dtype=torch.bfloat16, device=self.dev)
+            self.mod.lowbit_xsplit(x, xin)
+        y32, cnt = _workspace(self.dev, M * L.Npad, L.nblocks)
+        try:
+            used = self.mod.lowbit_gemv(pw.rec.name, _mt(pw, M), pw.xsplit, prof is not None, pw.words, pw.scales,
+                                        pw.stab, xin, y, y32, cnt, M, L.K, L.N, L.Npad, L.iters, L.nblocks,
+                                        L.ngroups, pw.slots, self._empty if prof is None else prof, cap, self.sms,
+                                        grid or self.grid or 0)
+        except Exception:
+            _reset_workspace(self.dev)     # a failed launch may have left partial sums behind
+            raise
+        self._grids[M] = used
+        return y
+
+    def grid_for(self, M: int, prof: bool = False) -> int:
+        """Blocks the decode launch uses for M rows (occupancy x SMs, at most the work items)."""
+        pw, L = self.pw, self.pw.L
+        MX = 2 * M if pw.xsplit else M
+        return self.mod.lowbit_gemv_grid(pw.rec.name, _mt(pw, M), pw.xsplit, prof, pw.act == torch.bfloat16, MX,
+                                         pw.slots, L.iters, L.nblocks, self.sms, self.grid or 0)
+
+    def profiled(self, x: torch.Tensor, buffer_records: int, buffer: Optional[torch.Tensor] = None,
+                 clear: bool = True):
+        """Decode with the instrumented kernel (native/include/instrument.cuh; f16 u4 only):
+        (y, profile buffer as an int32 cuda tensor of buffer_words(...) words)."""
+        x = self._x(x)
+        if not self.decode_ok(x.shape[0]):
+            raise Unsupported("the instrumented low-bit kernel is the decode kernel (M <= 16)")
+        words = self.buffer_words(x.shape[0], buffer_records)
+        if buffer is None:
+            buffer = torch.zeros(words, dtype=torch.int32, device=self.dev)
+        elif clear:
+            buffer[:words].zero_()
+        y = self._gemv(x, buffer, buffer_records, grid=self.grid_for(x.shape[0], prof=True))
+        return y, buffer[:words]
+
+    def buffer_words(self, M: int, buffer_records: int) -> int:
+        from native.decode import block_words
+        return self.grid_for(M, prof=True) * block_words(WARPS_PER_BLOCK, buffer_records)
+
+    # -- prefill -----------------------------------------------------------------------------
+    def _prefill(self, x: torch.Tensor) -> torch.Tensor:
+        pw, L, qw = self.pw, self.pw.L, self.pw.qw
+        M = x.shape[0]
+        yT = torch.empty(L.N, M, dtype=pw.act, device=self.dev)
+        per = -(-L.nblocks // PREFILL_CHUNKS)
+        main = torch.cuda.current_stream(self.dev)
+        if self._side is None:
+            self._side = torch.cuda.Stream(self.dev)
+        side = self._side
+        side.wait_stream(main)
+        bufs = [torch.empty(per * LL.BN, L.K, dtype=pw.act, device=self.dev) for _ in range(2)]
+        for b in bufs:
+            b.record_stream(side)
+        zeros = qw.zeros if qw.zeros is not None else self._empty
+        group = L.K if L.per_channel else qw.group_size
+        done = []
+        for i, nb0 in enumerate(range(0, L.nblocks, per)):
+            nb1 = min(L.nblocks, nb0 + per)
+            n0, n1 = nb0 * LL.BN, min(L.N, nb1 * LL.BN)
+            buf = bufs[i % 2]
+            with torch.cuda.stream(side):
+                if i >= 2:
+                    side.wait_event(done[i - 2])
+                self.mod.lowbit_dequant(pw.rec.name, pw.words, qw.scales, zeros, buf, L.K, L.N, L.iters, nb0,
+                                        nb1 - nb0, group)
+                ready = torch.cuda.Event()
+                ready.record(side)
+            main.wait_event(ready)
+            torch.mm(buf[:n1 - n0], x.t(), out=yT[n0:n1])
+            ev = torch.cuda.Event()
+            ev.record(main)
+            done.append(ev)
+        return yT.t()
+
+    # -- call --------------------------------------------------------------------------------
+    def _x(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != self.pw.act or x.dim() != 2 or x.shape[1] != self.pw.L.K:
+            raise ValueError(f"x must be [M, {self.pw.L.K}] {self.pw.act}, got {tuple(x.shape)} {x.dtype}")
+        x = x.contiguous()
+        return x if x.data_ptr() % 16 == 0 else x.clone()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        x = self._x(x)
+        if self.decode_ok(x.shape[0]):
+            return self._gemv(x)
+        return self._prefill(x)
+
+    def chosen_config(self, M: int) -> str:
+        pw, L = self.pw, self.pw.L
+        if self.decode_ok(M):
+            grid = self._grids.get(M) or self.grid_for(M)
+            return (f"native decode {pw.rec.name}{' xsplit' if pw.xsplit else ''} mt{_mt(pw, M)} kstep{L.kstep} "
+                    f"grid{grid} ({L.nblocks}x{L.iters} stages, stream-K) | dequant {pw.rec.cost()['per_weight']:.2f}"
+                    f" instr/weight")
+        why = "" if M > DECODE_MAX_M else f" (group size {pw.qw.group_size}: {LL.group_ok(L.K, pw.qw.group_size)})"
+        return f"native dequantize+cublas {pw.rec.name} {PREFILL_CHUNKS} chunks{why}"
+
+
+def prepare(qw, act_dtype, M: int = 1, seconds=None, grid: Optional[int] = None, **hints) -> LowbitMatmul:
+    """Pack the weight and build the extension; returns fn(x) -> y (raises Unavailable without a
+    Hopper GPU / nvcc, Unsupported for what `supports` rejects)."""
+    from kernels.baselines._common import act_dtype_of
+    from native.build import build
+    act = act_dtype_of(act_dtype)
+    if act is None or act != qw.act_dtype:
+        raise Unsupported(f"activations {act_dtype} do not match the weight's scales ({qw.act_dtype})")
+    if qw.K % 8 or (qw.group_size != -1 and qw.group_size % 8):
+        raise Unsupported(f"native low-bit kernels need K and the group size to be multiples of 8 "
+                          f"(K={qw.K}, group {qw.group_size})")
+    if not torch.cuda.is_available() or qw.packed.device.type != "cuda":
+        raise Unavailable("the native low-bit kernels need a CUDA GPU (their layout, recipes and schedule are "
+                          "checked on the CPU by tests/test_native_lowbit.py)")
+    mod = build()
+    return LowbitMatmul(pack(qw), mod, grid)

@@ -1,0 +1,107 @@
+"""CPU mirror of the native low-bit decode kernel's control flow (native/include/lowbit_kernel.cuh).
+
+The kernel cannot run without a GPU; this walks the same schedule in float64 so that everything
+but the arithmetic of the tensor cores is checked on the CPU: the packed words (through the
+bit-exact recipe emulation of native/lowbit_layout.py), the packed scales and the stage table,
+the stream-K ranges of every block, the group flushes and their staged scale slot, the open-group
+flush at a range end, the direct store of whole n-blocks, the atomic adds and the counter of
+partial ones, and the row mapping of the x split.  Line-by-line correspondence with the kernel
+is intended: keep them in step.
+
+    y, stats = emulate_gemv(pack(qw), x, grid=7)    # float64 [M, N] before the cast to the act dtype
+"""
+from __future__ import annotations
+
+import torch
+
+from native import lowbit_layout as LL
+
+
+def _channel_scales(sc: torch.Tensor, nb: int, G: int, zero: bool):
+    """(s, z) float64 [256] of n-block nb, group G from the packed scales [nb, W, G, nt, g, S]."""
+    v = sc[nb, :, G]                                   # [W, nt, g, S]
+    s = v[..., 0:2].permute(0, 1, 3, 2).reshape(-1)    # [W, nt, jn, g] -> n = w*32 + nt*16 + jn*8 + g
+    z = v[..., 2:4].permute(0, 1, 3, 2).reshape(-1) if zero else torch.zeros_like(s)
+    return s, z
+
+
+def emulate_gemv(pw, x: torch.Tensor, grid: int):
+    """y (float64 [M, N], what the kernel rounds to the act dtype) and stats of the schedule."""
+    rec, L = pw.rec, pw.L
+    M = x.shape[0]
+    vals = LL.emulate_values(rec, pw.words, L)                 # exact code values [Kpad, Npad]
+    xc = x.detach().cpu()
+    if pw.xsplit:                                              # xsplit_kernel: hi = bf16(x), lo = bf16(x - hi)
+        hi = xc.to(torch.bfloat16)
+        lo = (xc.float() - hi.float()).to(torch.bfloat16)
+        assert torch.equal(hi.double() + lo.double(), xc.double()), "x split is not exact"
+        X = torch.cat([hi, lo]).double()
+    else:
+        X = xc.double()
+    MX = X.shape[0]
+    Xp = torch.zeros(MX, L.Kpad, dtype=torch.float64)
+    Xp[:, :L.K] = X
+    sc = pw.scales.detach().cpu().double()
+    stab = [int(v) for v in pw.stab.cpu()]
+    y32 = torch.zeros(M, L.Npad, dtype=torch.float64)
+    counters = [0] * L.nblocks
+    y = torch.full((M, L.Npad), float("nan"), dtype=torch.float64)
+    stats = {"direct": 0, "atomic_pieces": 0, "finished": 0, "flushes": 0, "open_flushes": 0}
+    T = L.nblocks * L.iters
+    grid = min(grid, T)
+    per, rem = divmod(T, grid)
+    for b in range(grid):
+        f_begin = b * per + min(b, rem)
+        f_end = f_begin + per + (1 if b < rem else 0)
+        nb, it = divmod(f_begin, L.iters)
+        seg_start = it
+        total = torch.zeros(MX, LL.BN, dtype=torch.float64)
+        acc = torch.zeros_like(total)
+        xs = torch.zeros(MX, 1, dtype=torch.float64)
+
+        def flush(sidx, tab):
+            nonlocal acc, xs, total
+            g0, cnt = tab & 0xFFFF, (tab >> 16) & 0xF
+            assert sidx < cnt, f"flush of staged scale slot {sidx}, the stage holds {cnt}"
+            s, z = _channel_scales(sc, nb, g0 + sidx, rec.zero)
+            total = total + s * acc - (s * z) * xs
+            acc = torch.zeros_like(acc)
+            xs = torch.zeros_like(xs)
+            stats["flushes"] += 1
+
+        for f in range(f_begin, f_end):
+            tab = stab[it]
+            fmask = (tab >> 20) & 0xFF
+            sidx = 0
+            for kg in range(L.chunks):
+                k0 = it * L.kstep + kg * LL.KG
+                acc = acc + Xp[:, k0:k0 + LL.KG] @ vals[k0:k0 + LL.KG, nb * LL.BN:(nb + 1) * LL.BN]
+                xs = xs + Xp[:, k0:k0 + LL.KG].sum(1, keepdim=True)
+                if (fmask >> kg) & 1:
+                    flush(sidx, tab)
+                    sidx += 1
+            if it == L.iters - 1 or f == f_end - 1:
+                if not (fmask >> (L.chunks - 1)) & 1:
+                    flush(sidx, tab)
+                    stats["open_flushes"] += 1
+                cols = slice(nb * LL.BN, (nb + 1) * LL.BN)
+                if not pw.xsplit and seg_start == 0 and it == L.iters - 1:
+                    y[:, cols] = total[:M]
+                    stats["direct"] += 1
+                else:
+                    for m in range(MX):
+                        mo = m - M if (pw.xsplit and m >= M) else m
+                        y32[mo, cols] += total[m]
+                    counters[nb] += it - seg_start + 1
+                    stats["atomic_pieces"] += 1
+                    if counters[nb] == L.iters:
+                        y[:, cols] = y32[:, cols]
+                        y32[:, cols] = 0.0
+                        counters[nb] = 0
+                        stats["finished"] += 1
+                total = torch.zeros_like(total)
+            it += 1
+            if it == L.iters:
+                it, nb, seg_start = 0, nb + 1, 0
+    assert not y32.any() and not any(counters), "workspace or counters not left at zero"
+    return y[:, :L.N], stats

@@ -1,0 +1,89 @@
+"""Instruction mix of the native low-bit decode kernel's main loop, compiled for sm_90a without a GPU.
+
+    python -m native.sass f16_u4 f16_u1 f16_f6e3m2 [--json]
+
+Compiles the recipes' decode instantiations with the local nvcc and LOWBIT_SASS_STEADY (the
+range-end output code compiled out, one group flush per stage: the executed path of a stage for
+group sizes >= the stage depth), disassembles them with the cuobjdump that Triton bundles and
+counts the longest loop's instructions per weight (a lane dequantizes KSTEP weights per stage:
+KSTEP/32 chunks x 16 pairs x 2).  The same arithmetic as kernels/lowbit/sass.py; native/NOTES.md
+uses these numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+from native import build
+from native import lowbit_layout as LL
+
+
+def weights_per_lane(kstep: int) -> int:
+    """Weights one thread dequantizes per stage: kstep/32 chunks x 16 pairs x 2."""
+    return kstep // LL.KG * LL.PAIRS * 2
+
+
+def _cuobjdump() -> str:
+    import triton
+    return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump")
+
+
+def main_loop(sass: str) -> list:
+    """Opcodes of the longest backward-branch loop."""
+    ins = [(int(a, 16), t.strip()) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    loops = [(int(m.group(1), 16), a) for a, t in ins for m in [re.search(r"BRA (0x[0-9a-f]+)", t)]
+             if m and int(m.group(1), 16) < a]
+    lo, hi = max(loops, key=lambda l: l[1] - l[0])
+    return [(t.split()[1] if t.startswith("@") else t.split()[0]).split(".")[0] for a, t in ins if lo <= a <= hi]
+
+
+def loop_stats(recipes, tmp: Path | None = None) -> list:
+    nvcc = build.find_nvcc()
+    recs = {r.name: r for r in LL.all_recipes()}
+    out = []
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(tmp or d)
+        src = d / "sass_check.cu"
+        src.write_text('#include "lowbit_launch.cuh"\n' + "".join(f"LOWBIT_DEFINE(rec_{r})\n" for r in recipes))
+        cub = d / "sass_check.cubin"
+        subprocess.run([nvcc, build.GENCODE, *build.NVCC_FLAGS, "-DLOWBIT_SASS_STEADY", "-cubin", str(src), "-o",
+                        str(cub)], check=True, capture_output=True, text=True)
+        sass = subprocess.run([_cuobjdump(), "-sass", str(cub)], capture_output=True, text=True, check=True).stdout
+    for f in re.split(r"\n\s*Function : ", sass)[1:]:
+        name = f.split("\n")[0]
+        m = re.search(r"lowbit_gemv_kernelINS_\d+rec_(\w+?)ELi(\d)ELb([01])ELb([01])ELb([01])E", name)
+        if not m:
+            continue
+        rec = recs[m.group(1)]
+        body = main_loop(f)
+        wpl = weights_per_lane(rec.kstep)
+        out.append({"recipe": rec.name, "mt": int(m.group(2)), "out_bf16": m.group(3) == "1",
+                    "xsplit": m.group(4) == "1", "prof": m.group(5) == "1", "instructions": len(body),
+                    "weights_per_lane": wpl, "per_weight": len(body) / wpl,
+                    "dequant_per_weight": rec.cost()["per_weight"],
+                    "ops": dict(collections.Counter(body).most_common())})
+    return sorted(out, key=lambda s: (s["recipe"], s["mt"], s["xsplit"], s["prof"]))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("recipes", nargs="+", help="recipe names, e.g. f16_u4 bf16_u8 (native/lowbit_layout.py)")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    for s in loop_stats(a.recipes):
+        if a.json:
+            print(json.dumps(s))
+            continue
+        tag = f"{s['recipe']} mt{s['mt']}{' xsplit' if s['xsplit'] else ''}{' prof' if s['prof'] else ''}"
+        print(f"{tag}: {s['instructions']} instructions per stage / {s['weights_per_lane']} weights per lane = "
+              f"{s['per_weight']:.2f} per weight (dequantization {s['dequant_per_weight']:.2f})")
+        print("   ", ", ".join(f"{k} {v}" for k, v in list(s["ops"].items())[:16]))
+
+
+if __name__ == "__main__":
+    main()
