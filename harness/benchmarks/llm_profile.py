@@ -39,7 +39,7 @@ DEFAULTS = {
                   lr=2e-4, weight_decay=0.01, max_grad_norm=0.3),
     "infer": dict(batch=1, seq_len=256, decode_tokens=32, warmup=1),
 }
-PARAM_KEYS = ("layers", "dtype", "stack", "workloads", "profilers", "target_s", "max_units", "residual",
+PARAM_KEYS = ("layers", "dtype", "stack", "workloads", "profilers", "target_s", "warmup_s", "max_units", "residual",
               "launcher", "timeout_s", "keep_profiles", "train", "infer", "shapes", "per_model")
 STACKS = ("auto", "hf+peft", "hf+peft+liger", "unsloth")
 DTYPES = ("bf16", "f16", "f32")
@@ -99,6 +99,7 @@ class LlmProfile:
                               f"weight format (use precision=bf16 or f16)")
         s = {"layers": prm.get("layers"), "dtype": prm.get("dtype") or ctx.precision.act_dtype,
              "stack": prm.get("stack", "auto"), "target_s": float(prm.get("target_s", 0.5)),
+             "warmup_s": float(prm.get("warmup_s", 0.0)),
              "max_units": _pos_int(prm.get("max_units", 64), "max_units"), "residual": bool(prm.get("residual", False)),
              "launcher": prm.get("launcher", "forkserver"), "timeout_s": float(prm.get("timeout_s", 300)),
              "keep_profiles": list(prm.get("keep_profiles") or [])}
@@ -112,6 +113,8 @@ class LlmProfile:
             raise ConfigError(f"llm_profile: launcher={s['launcher']!r}; valid: forkserver, subprocess")
         if not s["target_s"] > 0 or not s["timeout_s"] > 0:
             raise ConfigError("llm_profile: target_s and timeout_s must be > 0")
+        if not s["warmup_s"] >= 0:
+            raise ConfigError(f"llm_profile: warmup_s={s['warmup_s']} must be >= 0")
         wls = list(prm.get("workloads") or WORKLOADS)
         for w in wls:
             if w not in WORKLOADS:
@@ -191,7 +194,7 @@ class LlmProfile:
             impl, _ = self._stack(s, w, ctx.device)
             for b, t in shapes:
                 for prof in s["profilers"]:
-                    params = {**knobs, "target_s": s["target_s"], "residual": s["residual"],
+                    params = {**knobs, "target_s": s["target_s"], "warmup_s": s["warmup_s"], "residual": s["residual"],
                               "card": "tiny" if ctx.on_cpu else "full",
                               "profiler_options": json.dumps(prof["options"], sort_keys=True)}
                     pts.append(Point(exp.name, exp.figure, model=card.name, workload=w, phase=PHASE[w], batch=b,
@@ -285,7 +288,7 @@ class LlmProfile:
         return dict(card=card, tiny=ctx.on_cpu, layers=p.model_layers, dtype=p.weight_dtype, device=ctx.device,
                     workload=p.workload, batch=p.batch, seq_len=p.seq_len, knobs=knobs, liger="+liger" in p.impl,
                     profiler={"kind": prof["kind"], "options": prof["options"]}, units=units,
-                    target_s=s["target_s"], max_units=s["max_units"], residual=s["residual"],
+                    target_s=s["target_s"], warmup_s=s["warmup_s"], max_units=s["max_units"], residual=s["residual"],
                     out_dir=str(tmp), stem=p.profiler, seed=ctx.seed)
 
     def _metrics(self, p: Point, r: dict, base: list[float], s: dict, ctx: Context) -> list[Metric]:

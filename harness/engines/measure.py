@@ -5,7 +5,7 @@ the PyTorch profiler was 33-58% slower), so every measurement runs in a fresh pr
 
   1. builds the model on the device (random weights) and the workload (LoRA train or infer),
   2. checks the workload on the real model (harness.engines.train: check()),
-  3. warms up (`warmup` units) and, if the caller did not fix it, times one unit to choose the
+  3. warms up (at least `warmup` units and `warmup_s` seconds) and, if the caller did not fix it, times one unit to choose the
      region length N = round(target_s / unit time) (the caller then passes N to every other
      process of the same point so that all regions are identical),
   4. times the unprofiled region: N units between two device synchronisations (the baseline,
@@ -99,9 +99,12 @@ def measure(spec: dict) -> dict:
     res["phase"] = "check"
     res["check"] = wl.check()
     res["phase"] = "warmup"
-    for _ in range(warmup):
-        wl.unit()
-    _sync(dev)
+    t_warm, done = time.perf_counter(), 0
+    while done < warmup or time.perf_counter() - t_warm < float(spec.get("warmup_s", 0.0)):
+        wl.unit()                     # at least `warmup` units and `warmup_s` seconds: GPU clocks ramp up,
+        done += 1                     # the allocator and Triton's kernel cache settle before the baseline
+        _sync(dev)
+    res["warmup_units"] = done
     n = spec.get("units")
     if not n:
         one = time_units(wl.unit, 1, dev)
