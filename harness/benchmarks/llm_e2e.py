@@ -398,13 +398,32 @@ class LlmE2E:
         return total, None, "gemm_ms (kernel times measured in this job; committed rows lack a shape) + nongemm_ms"
 
     def _run_vllm(self, point: Point, ctx: Context, job: Job, prec: Precision) -> list[Metric]:
-        from ..engines.vllm_adapter import measure_vllm, result_quantiles
+        """Through vLLM: one engine per job's precision, built once (our engine's model released first)."""
+        from ..engines.vllm_adapter import VllmRunner, result_quantiles
         pp = point.params_dict
-        r = measure_vllm(job.card, prec, point.phase, point.batch, point.seq_len, job.layers,
-                         repeats=pp["repeats"], decode_steps=pp["decode_steps"], device=ctx.device,
-                         check=ctx.on_cpu and prec.kind == "dense", seed=ctx.seed)
+        key = (prec.name, prec.group_size, prec.act_dtype, job.layers)
+        failed = ctx.state.setdefault("failed_builds", {})
+        if ("vllm",) + key in failed:
+            raise failed[("vllm",) + key]
+        cur = ctx.state.get("vllm")
+        if cur is None or cur[0] != key:
+            ctx.state.pop("model", None)
+            ctx.state.pop("vllm", None)
+            gc.collect()
+            if not ctx.on_cpu:
+                torch.cuda.empty_cache()
+            max_len = max(int(s["seq_len"]) // (int(s["batch"]) if s["phase"] == "decode" else 1)
+                          for s in job.steps) + int(pp["decode_steps"]) + 8
+            try:
+                runner = VllmRunner(job.card, prec, job.layers, max_len, max(int(s["batch"]) for s in job.steps),
+                                    ctx.device, check=ctx.on_cpu and prec.kind == "dense", seed=ctx.seed)
+            except (Unsupported, Unavailable) as e:
+                failed[("vllm",) + key] = type(e)(str(e))
+                raise
+            ctx.state["vllm"] = cur = (key, runner)
+        r = cur[1].measure(point.phase, point.batch, point.seq_len, repeats=pp["repeats"],
+                           decode_steps=pp["decode_steps"])
         p10, p90 = result_quantiles(r)
         note = f"vllm {r.version}; quantization={r.quantization}; {r.method}; {r.check}"
         return [Metric("latency_ms", r.median_ms, "ms", p10, p90, len(r.samples_ms), impl_config=note),
                 Metric("build_s", r.build_s, "s", impl_config=note)]
-

@@ -24,6 +24,7 @@ Pure compute: no Hydra, no CSV.
 """
 from __future__ import annotations
 
+import gc
 import os
 import statistics
 import tempfile
@@ -57,6 +58,9 @@ def quantization_config(prec: Precision) -> dict | None:
         return {"quant_method": "gptq", "bits": prec.bits, "group_size": g, "desc_act": False,
                 "sym": prec.kind == "int", "checkpoint_format": "gptq"}
     raise Unsupported(f"vLLM has no weight-only backend for {prec.name} (only AWQ/GPTQ integer widths)")
+
+
+_OPEN: list = []     # the engines alive in this process
 
 
 @dataclass
@@ -106,72 +110,124 @@ def _write_model(card: ModelCard, prec: Precision, layers: int, out: Path, check
     return None
 
 
-def measure_vllm(card: ModelCard, prec: Precision, phase: str, batch: int, seq_len: int, layers: int | None = None,
-                 repeats: int = 5, decode_steps: int = 16, device: str = "cpu", check: bool = False, seed: int = 0,
-                 memory_fraction: float | None = None) -> VllmResult:
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")   # engine in this process: no spawn
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")           # as the artifact set its vllm logger
-    try:
-        import vllm
-        from vllm import LLM, SamplingParams
+class VllmRunner:
+    """One vLLM engine for a (card, precision, layer cap), reused by every step measured on it
+    (building it is the slow part; an engine is also not reliably freed within a process)."""
+
+    def __init__(self, card: ModelCard, prec: Precision, layers: int | None = None, max_len: int = 2048 + 24,
+                 max_batch: int = 16, device: str = "cpu", check: bool = False, seed: int = 0,
+                 memory_fraction: float | None = None):
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")   # engine in this process: no spawn
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")           # as the artifact set its vllm logger
+        try:
+            import vllm
+            from vllm import LLM
+        except Exception as e:  # ImportError, or a CUDA wheel that does not load
+            raise Unavailable(f"vllm is not importable here: {type(e).__name__}: "
+                              f"{str(e).splitlines()[0][:120]}") from e
+        import torch
+
+        for other in list(_OPEN):          # one engine per process at a time: the last one's memory back first
+            other.close()
+        self.card, self.prec, self.version, self.check = card, prec, vllm.__version__, check
+        self.llm = self.hf_model = None
+        n = card.num_layers if not layers or layers <= 0 else min(int(layers), card.num_layers)
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="vllm-card-") as d:
+            self.hf_model = _write_model(card, prec, n, Path(d), check, seed)
+            try:
+                self.llm = LLM(model=d, load_format="auto" if check else "dummy", skip_tokenizer_init=True,
+                               dtype={"f16": "float16", "bf16": "bfloat16"}[prec.act_dtype], max_model_len=max_len,
+                               max_num_seqs=max(max_batch, 1), max_num_batched_tokens=max(max_len, 2048),
+                               enable_prefix_caching=False, enforce_eager=device != "cuda", seed=seed,
+                               gpu_memory_utilization=memory_fraction or (0.9 if device == "cuda" else 0.2))
+            except Exception as e:    # vLLM refusing the model/dtype/quantization is a fact about vLLM
+                msg = " ".join(str(e).split())
+                if "not support" in msg or "not supported" in msg:
+                    i = msg.find("Value error,")
+                    raise Unsupported(f"vLLM {vllm.__version__}: {msg[i + 12 if i >= 0 else 0:][:200]}") from None
+                raise
+        _OPEN.append(self)
+        self.build_s = time.perf_counter() - t0
+        self.max_len = max_len
+        self.quantization = str(getattr(self.llm.llm_engine.model_config, "quantization", None) or "none")
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def _prompts(self, B: int, T: int):
+        import torch
         from vllm.inputs import TokensPrompt
-    except Exception as e:  # ImportError, or a CUDA wheel that does not load
-        raise Unavailable(f"vllm is not importable here: {type(e).__name__}: {str(e).splitlines()[0][:120]}") from e
-    import torch
+        ids = torch.randint(1, self.card.vocab_size, (B, T), generator=self.gen)
+        return [TokensPrompt(prompt_token_ids=row.tolist()) for row in ids]
 
-    n = card.num_layers if not layers or layers <= 0 else min(int(layers), card.num_layers)
-    if phase not in ("decode", "prefill"):
-        raise ValueError(f"phase {phase!r}; valid: decode, prefill")
-    ctx = seq_len // batch if phase == "decode" else seq_len
-    if ctx < 1:
-        raise Unsupported(f"seq_len={seq_len} over batch={batch} leaves no context per sequence")
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="vllm-card-") as d:
-        hf_model = _write_model(card, prec, n, Path(d), check, seed)
-        max_len = ctx + decode_steps + 8
-        llm = LLM(model=d, load_format="auto" if check else "dummy", skip_tokenizer_init=True,
-                  dtype={"f16": "float16", "bf16": "bfloat16"}[prec.act_dtype], max_model_len=max_len,
-                  max_num_seqs=max(batch, 1), max_num_batched_tokens=max(max_len, batch * max_len // 2, 2048),
-                  enable_prefix_caching=False, enforce_eager=device != "cuda", seed=seed,
-                  gpu_memory_utilization=memory_fraction or (0.9 if device == "cuda" else 0.2))
-        build_s = time.perf_counter() - t0
-        quant = str(getattr(llm.llm_engine.model_config, "quantization", None) or "none")
-        g = torch.Generator().manual_seed(seed)
+    def _run(self, ps, max_tokens: int, logprobs=None):
+        from vllm import SamplingParams
+        sp = SamplingParams(max_tokens=max_tokens, min_tokens=max_tokens, ignore_eos=True, temperature=0.0,
+                            detokenize=False, logprobs=logprobs)
+        t = time.perf_counter()
+        outs = self.llm.generate(ps, sp, use_tqdm=False)
+        dt = (time.perf_counter() - t) * 1e3
+        for o in outs:
+            toks = o.outputs[0].token_ids
+            if len(toks) != max_tokens or not all(0 <= tk < self.card.vocab_size for tk in toks):
+                raise RuntimeError(f"vLLM returned {len(toks)} tokens (wanted {max_tokens}) or ids out of range")
+        return dt, outs
 
-        def prompts(B, T):
-            ids = torch.randint(1, card.vocab_size, (B, T), generator=g)
-            return [TokensPrompt(prompt_token_ids=row.tolist()) for row in ids]
-
-        def run(ps, max_tokens, logprobs=None):
-            sp = SamplingParams(max_tokens=max_tokens, min_tokens=max_tokens, ignore_eos=True, temperature=0.0,
-                                detokenize=False, logprobs=logprobs)
-            t = time.perf_counter()
-            outs = llm.generate(ps, sp, use_tqdm=False)
-            dt = (time.perf_counter() - t) * 1e3
-            for o in outs:
-                toks = o.outputs[0].token_ids
-                if len(toks) != max_tokens or not all(0 <= tk < card.vocab_size for tk in toks):
-                    raise RuntimeError(f"vLLM returned {len(toks)} tokens (wanted {max_tokens}) or ids out of range")
-            return dt, outs
-
+    def measure(self, phase: str, batch: int, seq_len: int, repeats: int = 5, decode_steps: int = 16) -> VllmResult:
+        if phase not in ("decode", "prefill"):
+            raise ValueError(f"phase {phase!r}; valid: decode, prefill")
+        ctx = seq_len // batch if phase == "decode" else seq_len
+        if ctx < 1:
+            raise Unsupported(f"seq_len={seq_len} over batch={batch} leaves no context per sequence")
+        if ctx + (decode_steps if phase == "decode" else 1) > self.max_len:
+            raise Unsupported(f"{ctx} tokens + {decode_steps} steps exceed the engine's max_model_len {self.max_len}")
         check_msg = "dummy weights (vLLM's random init): outputs checked for shape and range only"
-        if check:
-            check_msg = _check_against_hf(hf_model, prompts(min(batch, 4), min(ctx, 64)), run)
-        run(prompts(batch if phase == "decode" else 1, ctx), 1)       # warm-up (graphs, kernels)
+        if self.check:
+            check_msg = _check_against_hf(self.hf_model, self._prompts(min(batch, 4), min(ctx, 64)), self._run)
+        self._run(self._prompts(batch if phase == "decode" else 1, ctx), 1)       # warm-up (graphs, kernels)
         samples = []
         for _ in range(repeats):
             if phase == "prefill":
-                dt, _ = run(prompts(1, ctx), 1)
+                dt, _ = self._run(self._prompts(1, ctx), 1)
                 samples.append(dt)
             else:
-                ps = prompts(batch, ctx)
-                t1, _ = run(ps, 1)
-                t2, _ = run(ps, 1 + decode_steps)
+                ps = self._prompts(batch, ctx)
+                t1, _ = self._run(ps, 1)
+                t2, _ = self._run(ps, 1 + decode_steps)
                 samples.append(max(t2 - t1, 0.0) / decode_steps)
-        method = (f"prefill: generate({1} x {ctx} tokens, max_tokens=1) wall time" if phase == "prefill" else
+        method = (f"prefill: generate(1 x {ctx} tokens, max_tokens=1) wall time" if phase == "prefill" else
                   f"decode: (generate {batch} x {ctx} ctx, 1+{decode_steps} tokens - 1 token) / {decode_steps}")
+        return VllmResult(samples, method, self.quantization, self.build_s, check_msg, self.version)
+
+    def close(self) -> None:
+        """Shut the engine down and give its memory back (vLLM's own test cleanup)."""
+        llm, self.llm, self.hf_model = self.llm, None, None
+        if self in _OPEN:
+            _OPEN.remove(self)
+        if llm is None:
+            return
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception:  # noqa: BLE001 - best effort: an engine half torn down still frees below
+            pass
         del llm
-    return VllmResult(samples, method, quant, build_s, check_msg, vllm.__version__)
+        try:
+            from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+            cleanup_dist_env_and_memory()
+        except Exception:  # noqa: BLE001
+            pass
+        gc.collect()
+
+
+def measure_vllm(card: ModelCard, prec: Precision, phase: str, batch: int, seq_len: int, layers: int | None = None,
+                 repeats: int = 5, decode_steps: int = 16, device: str = "cpu", check: bool = False, seed: int = 0,
+                 memory_fraction: float | None = None) -> VllmResult:
+    """One step kind measured on a fresh engine (VllmRunner for several)."""
+    ctx = seq_len // batch if phase == "decode" else seq_len
+    r = VllmRunner(card, prec, layers, ctx + decode_steps + 8, batch, device, check, seed, memory_fraction)
+    try:
+        return r.measure(phase, batch, seq_len, repeats, decode_steps)
+    finally:
+        r.close()
 
 
 def _check_against_hf(hf_model, ps, run) -> str:
@@ -197,4 +253,4 @@ def result_quantiles(r: VllmResult) -> tuple[float, float]:
     return _quantile(r.samples_ms, 0.1), _quantile(r.samples_ms, 0.9)
 
 
-__all__ = ["measure_vllm", "vllm_version", "quantization_config", "VllmResult", "result_quantiles"]
+__all__ = ["VllmRunner", "measure_vllm", "vllm_version", "quantization_config", "VllmResult", "result_quantiles"]
