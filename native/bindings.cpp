@@ -94,6 +94,7 @@ int64_t lowbit_gemv(const std::string &recipe, int64_t mt, bool xsplit, bool pro
   p.counters = counters.data_ptr<int32_t>();
   p.M = (int)M, p.MX = (int)MX, p.K = (int)K, p.N = (int)N, p.Npad = (int)Npad;
   p.iters = (int)iters, p.nblocks = (int)nblocks, p.ngroups = (int)ngroups, p.slots = (int)slots;
+  TORCH_CHECK(!prof || prof_buf.numel() > 0, "an instrumented launch needs a profile buffer");
   p.prof = prof ? prof_ptr(prof_buf) : nullptr;
   p.prof_cap = (uint32_t)capacity;
   int used = 0;

@@ -168,9 +168,13 @@ class LowbitMatmul:
         x = self._x(x)
         if not self.decode_ok(x.shape[0]):
             raise Unsupported("the instrumented low-bit kernel is the decode kernel (M <= 16)")
+        if buffer_records < 1:
+            raise ValueError("buffer_records must be >= 1")
         words = self.buffer_words(x.shape[0], buffer_records)
         if buffer is None:
             buffer = torch.zeros(words, dtype=torch.int32, device=self.dev)
+        elif buffer.numel() < words or buffer.dtype != torch.int32 or buffer.device != self.dev:
+            raise ValueError(f"profile buffer: {words} int32 words on {self.dev} needed")
         elif clear:
             buffer[:words].zero_()
         y = self._gemv(x, buffer, buffer_records, grid=self.grid_for(x.shape[0], prof=True))

@@ -41,16 +41,14 @@ B fragment x[m][8t .. 8t+8) is one 16-byte load for two k-blocks).  Pair i of a 
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
 import numpy as np
 import torch
 
-from kernels.lowbit.formats import (ALL_FORMAT_NAMES, QuantizedWeight, WeightFormat, codes_of,
-                                    float_code_values, parse_format)
+from kernels.lowbit.formats import ALL_FORMAT_NAMES, QuantizedWeight, WeightFormat, float_code_values, parse_format
 
 # ----------------------------------------------------------------------------- tiling constants
 KG = 32              # k per kgroup: one 16-byte x load per m-row, two mma k-blocks, one recipe chunk

@@ -7,11 +7,8 @@ x split) emulated in float64 against x @ dequantize_ref; the generated header be
 nvcc (sm_90a) compiles of every instantiation and a g++ syntax check of the bindings; the main
 loop's instruction count per weight (SASS)."""
 import os
-import re
-import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 

@@ -198,6 +198,7 @@ struct Profiler {
         reinterpret_cast<uint2 *>(wh)[1] = make_uint2(b, e);
       }
       if (warp == 0) {  // block header: 8 x 8 bytes, one per lane of warp 0
+        __syncwarp();   // lane 0's begin() writes of clock0 / gtime0 become visible to the other lanes
         const uint64_t c = clock();
         const uint64_t g = globaltimer();
         const uint64_t c0 = shared().clock0, g0 = shared().gtime0;

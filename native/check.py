@@ -1,0 +1,198 @@
+"""GPU self-check of the native low-bit kernels: every recipe and variant against float64, then a few timings.
+
+    python -m native.check [--quick] [--json out.json]
+
+1. correctness: every weight format x {f16, bf16} x group {per channel, 128} x M {1, 5, 16, 40}
+   on a small shape with K and N padding (K = 1000, N = 700: 3 n-blocks, a partial stage), plus
+   group sizes 32 / 64 / 96 / 8 (the prefill path), grids 1 / 3 / auto (direct stores, stream-K
+   pieces) and the 8192-class shapes of tilus_fig10 for u4 / i4 / f6e3m2 / u1: relative Frobenius
+   error against x(float64) @ dequantize_ref(W) on fresh random inputs (harness tolerances:
+   f16 2e-3, bf16 1e-2); the workspace must be back at zero after every call.
+2. the instrumented decode kernel (f16 u4): the decoded profile (scopes, dropped records).
+3. timing (CUDA events, 256 MB L2 flush, median of 30): decode at K = 8192, N = 57344 for the
+   fig10 formats, M = 1 and 16, and prefill at M = 2048 against torch.matmul on the f16 weight;
+   fraction of the floor = (weight + scale bytes) / (4 GiB read bandwidth measured here).
+Prints one line per failure and a summary; --json writes everything.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import torch
+
+from kernels.lowbit.formats import ALL_FORMAT_NAMES, dequantize_ref, random_quantized
+from native import lowbit
+
+TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
+ACTS = {"f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def rel_err(y, ref):
+    y = y.double()
+    if not torch.isfinite(y).all():
+        return math.inf
+    return float((y - ref).norm() / ref.norm().clamp_min(1e-300))
+
+
+def workspace_clean() -> bool:
+    return all(not t.any() for ws in lowbit._WORKSPACE.values() for t in ws)
+
+
+def check_case(fmt, act, g, K, N, Ms, grid=None, seed=0):
+    dt = ACTS[act]
+    out = []
+    try:
+        qw = random_quantized(K, N, fmt, g, dt, seed=seed, device="cuda")
+        w64 = dequantize_ref(qw, device="cuda")
+        fn = lowbit.prepare(qw, dt, M=Ms[0], grid=grid)
+    except Exception as e:  # noqa: BLE001 - report, continue
+        return [dict(fmt=fmt, act=act, g=g, K=K, N=N, M=None, grid=grid, ok=False, err=None,
+                     error=f"{type(e).__name__}: {e}")]
+    for M in Ms:
+        r = dict(fmt=fmt, act=act, g=g, K=K, N=N, M=M, grid=grid, path="decode" if fn.decode_ok(M) else "prefill")
+        try:
+            x = torch.randn(M, K, device="cuda", dtype=torch.float32).to(dt)
+            y = fn(x)
+            torch.cuda.synchronize()
+            e = rel_err(y, x.double() @ w64)
+            clean = workspace_clean()
+            r.update(ok=e <= TOL[dt] and clean and tuple(y.shape) == (M, N), err=e, clean=clean,
+                     config=fn.chosen_config(M))
+        except Exception as ex:  # noqa: BLE001
+            r.update(ok=False, err=None, error=f"{type(ex).__name__}: {ex}")
+            lowbit._reset_workspace(torch.device("cuda"))
+        out.append(r)
+    return out
+
+
+def correctness(quick: bool):
+    cases = []
+    fmts = ALL_FORMAT_NAMES if not quick else ["u1", "u2", "u3", "u4", "u8", "i4", "i8", "f3e1m1", "f4e2m1",
+                                               "f6e3m2", "f8e4m3", "f8e5m2", "f7e6m0"]
+    for act in ("f16", "bf16"):
+        for fmt in fmts:
+            for g in (-1, 128):
+                cases += check_case(fmt, act, g, 1000 if g == -1 else 1024, 700, [1, 5, 16, 40], seed=len(cases))
+    for fmt, act, g in [("u4", "f16", 32), ("u2", "f16", 64), ("i5", "bf16", 96), ("u4", "f16", 8),
+                        ("f8e5m2", "f16", 64), ("u1", "bf16", 32)]:
+        cases += check_case(fmt, act, g, 1152, 600, [1, 9, 16], seed=len(cases))
+    for grid in (1, 3):
+        cases += check_case("u4", "f16", 128, 2048, 1024, [1, 16], grid=grid)
+        cases += check_case("f8e5m2", "f16", -1, 2048, 1024, [4, 12], grid=grid)
+    for fmt, g in [("u4", 128), ("i4", 128), ("f6e3m2", -1), ("u1", 128)]:
+        cases += check_case(fmt, "f16", g, 8192, 8192, [1, 16])
+    cases += check_case("u4", "f16", 128, 28672, 8192, [1, 16])
+    return cases
+
+
+def profiled():
+    from native import decode
+    qw = random_quantized(8192, 57344, "u4", 128, torch.float16, seed=1, device="cuda")
+    fn = lowbit.prepare(qw, torch.float16)
+    x = torch.randn(1, 8192, device="cuda").half()
+    y, buf = fn.profiled(x, 1024)
+    torch.cuda.synchronize()
+    e = rel_err(y, x.double() @ dequantize_ref(qw, device="cuda"))
+    p = decode.decode(buf.cpu().numpy().view("uint32"), lowbit.SCOPES, "native_lowbit")
+    return {"ok": e <= 2e-3 and p.missing_blocks == 0 and p.unmatched == 0, "err": e, "dropped": p.dropped,
+            "missing_blocks": p.missing_blocks, "unmatched": p.unmatched, "blocks": len(p.headers),
+            "scopes": p.scope_totals()}
+
+
+def _time(fn, samples=30):
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(samples):
+        flush.zero_()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def timing():
+    src = torch.empty(1 << 31, dtype=torch.float16, device="cuda")
+    src.normal_()
+    ms = _time(lambda: src.sum(), 10)
+    bw = src.numel() * 2 / (ms * 1e-3)
+    del src
+    rows = []
+    K, N = 8192, 57344
+    wd = (torch.randn(K, N, device="cuda") / K ** 0.5).half()
+    x16 = {M: torch.randn(M, K, device="cuda").half() for M in (1, 16, 2048)}
+    cub = {M: _time(lambda M=M: torch.matmul(x16[M], wd)) for M in x16}
+    del wd
+    for fmt, g in [("i4", 128), ("u4", 128), ("u8", 128), ("f6e3m2", -1), ("u2", 128), ("u1", 128), ("f8e5m2", -1)]:
+        qw = random_quantized(K, N, fmt, g, torch.float16, seed=2, device="cuda")
+        fn = lowbit.prepare(qw, torch.float16)
+        for M in (1, 16, 2048):
+            if M == 2048 and fmt not in ("u4", "f6e3m2"):
+                continue
+            t = _time(lambda: fn(x16[M]))
+            floor = (qw.nbytes + 2 * M * (K + N)) / bw * 1e3
+            rows.append({"fmt": fmt, "M": M, "ms": t, "floor_ms": floor, "frac_floor": floor / t, "cublas_ms": cub[M],
+                         "speedup_vs_cublas": cub[M] / t, "config": fn.chosen_config(M)})
+            print(f"  {fmt:7s} M={M:5d} {t * 1e3:8.1f} us  floor {floor * 1e3:6.1f} us ({floor / t:5.1%})  "
+                  f"cuBLAS f16 {cub[M] * 1e3:8.1f} us ({cub[M] / t:4.2f}x)  {fn.chosen_config(M)}", flush=True)
+        del fn, qw
+    return {"read_bw_tbs": bw / 1e12, "rows": rows}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="13 formats instead of all 42")
+    ap.add_argument("--no-timing", action="store_true")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    t0 = time.time()
+    from kernels import Unavailable
+    from native.build import build
+    try:
+        build()
+    except Unavailable as e:
+        print(f"unavailable: {e}")
+        return 2
+    print(f"built in {time.time() - t0:.1f} s", flush=True)
+    t1 = time.time()
+    cases = correctness(a.quick)
+    bad = [c for c in cases if not c.get("ok")]
+    for c in bad:
+        print("FAIL", json.dumps(c), flush=True)
+    worst = {}
+    for c in cases:
+        if c.get("err") is not None:
+            key = (c["act"], c.get("path"))
+            worst[key] = max(worst.get(key, 0.0), c["err"])
+    print(f"correctness: {len(cases) - len(bad)}/{len(cases)} ok in {time.time() - t1:.1f} s; worst rel err "
+          + ", ".join(f"{k[0]}/{k[1]} {v:.2e}" for k, v in sorted(worst.items())), flush=True)
+    prof = None
+    try:
+        prof = profiled()
+        print(f"instrumented u4 decode: ok={prof['ok']} err={prof['err']:.2e} blocks={prof['blocks']} "
+              f"dropped={prof['dropped']} scopes={ {k: round(v.get('normalized_cycles', 0)) for k, v in prof['scopes'].items()} }",
+              flush=True)
+    except Exception as e:  # noqa: BLE001
+        prof = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        print("FAIL instrumented:", prof["error"], flush=True)
+    tim = None
+    if not a.no_timing:
+        tim = timing()
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"cases": cases, "profiled": prof, "timing": tim}, f, indent=1, default=str)
+    print(f"total {time.time() - t0:.1f} s")
+    return 1 if bad or not prof.get("ok") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
