@@ -12,6 +12,6 @@ weight in the activation dtype); x is [M, K] in the activation dtype.
 from kernels import Unavailable, Unsupported  # noqa: F401  (re-exported for callers)
 from kernels.baselines.registry import REGISTRY, Case, Impl, package_versions, register  # noqa: F401
 from kernels.baselines import (dense, external, fp8, gemlite_baseline, tilus_baseline,  # noqa: F401,E402
-                               torch_int4, triton_lowbit, triton_plain)
+                               native_lowbit, torch_int4, triton_lowbit, triton_plain)
 
 __all__ = ["REGISTRY", "Case", "Impl", "register", "package_versions"]
