@@ -134,7 +134,7 @@ def run_point(bench, point: Point, ctx: Context) -> tuple[list[Metric], str, str
         status, err = "error", f"{type(e).__name__}: {e}"
     if ctx.device == "cuda":
         torch.cuda.empty_cache()
-    err = " ".join(err.split())[:300]
+    err = " ".join(err.split())[:600]
     return [Metric(bench.primary_metric, float("nan"), "")], status, err
 
 

@@ -176,28 +176,21 @@ class GpuSpec:
 
 @dataclass(frozen=True)
 class KernelSpec:
+    """conf/kernel/<name>.yaml: the Hydra choice. What an implementation supports is said once, where it
+    is registered (kernels/baselines/registry.py), not here."""
     name: str
     impl: str
     description: str = ""
-    weight_kinds: tuple[str, ...] = ()
-    act_dtypes: tuple[str, ...] = ("f16", "bf16")
 
     @staticmethod
     def load(name: str) -> "KernelSpec":
         path = CONF_DIR / "kernel" / f"{name}.yaml"
         _need(path.exists(), f"unknown kernel {name!r}; valid kernels: {', '.join(choices('kernel'))}")
         d = _plain(OmegaConf.load(path))
-        d["weight_kinds"] = tuple(d.get("weight_kinds") or ())
-        d["act_dtypes"] = tuple(d.get("act_dtypes") or ())
+        unknown = sorted(set(d) - set(KernelSpec.__dataclass_fields__))
+        _need(not unknown, f"kernel {name}: unknown keys {unknown}; valid: name, impl, description "
+                           f"(support is declared where the implementation registers)")
         return KernelSpec(**d)
-
-    def static_reason(self, prec: Precision) -> str | None:
-        """Why this kernel cannot run this precision, from its card alone (None = it may)."""
-        if self.weight_kinds and prec.kind not in self.weight_kinds:
-            return f"{self.name} supports weight kinds {list(self.weight_kinds)}, not {prec.kind}"
-        if self.act_dtypes and prec.act_dtype not in self.act_dtypes:
-            return f"{self.name} supports activations {list(self.act_dtypes)}, not {prec.act_dtype}"
-        return None
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from kernels import Unavailable, Unsupported
 from kernels.baselines import REGISTRY, Case, Impl
 from kernels.lowbit.formats import ALL_FORMAT_NAMES, dequantize_ref, random_quantized
 
-EXPECTED = {"cublas", "triton_lowbit", "triton_plain", "tilus", "torch_int4", "fp8", "gemlite",
+EXPECTED = {"native", "cublas", "triton_lowbit", "triton_plain", "tilus", "torch_int4", "fp8", "gemlite",
             "marlin", "bitblas", "quantllm"}
 NO_CUDA = not torch.cuda.is_available()
 
