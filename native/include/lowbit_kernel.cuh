@@ -371,7 +371,7 @@ __global__ void __launch_bounds__(THREADS) lowbit_dequant_kernel(const __grid_co
 }
 
 // f16 x [M][K] -> bf16 [2M][K]: rows 0..M-1 = hi = bf16(x), rows M..2M-1 = lo = bf16(x - hi) (exact)
-__global__ void __launch_bounds__(THREADS) xsplit_kernel(const __half *x, __nv_bfloat16 *out, int n_elem) {
+static __global__ void __launch_bounds__(THREADS) xsplit_kernel(const __half *x, __nv_bfloat16 *out, int n_elem) {
   const int i = blockIdx.x * THREADS + threadIdx.x;
   if (i < n_elem) {
     const float v = __half2float(x[i]);
