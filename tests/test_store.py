@@ -120,7 +120,7 @@ def test_failed_point_is_a_row_and_the_sweep_goes_on(tmp_path):
     assert r.returncode == 0, r.stderr
     df = load_experiment(tmp_path / "cpu" / "smoke")
     assert set(df["status"]) == {"unsupported"}
-    assert df["error"].str.contains("not dense").all()
+    assert df["error"].str.contains("dense f16 weights: this is a low-bit kernel").all()
     assert "unsupported: triton" in r.stdout + r.stderr
 
 
