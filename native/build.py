@@ -37,20 +37,31 @@ def find_nvcc() -> str | None:
     return shutil.which("nvcc")
 
 
-def compile_check(sources=None, timeout: float = 900.0, extra=(), jobs: int | None = None) -> dict:
+def compile_check(sources=None, timeout: float = 900.0, extra=(), jobs: int | None = None,
+                  link: bool = False) -> dict:
     """Compile each .cu to an object file with the local nvcc (every template instantiation the file
-    defines is built: both instrumentation variants of the suite kernels, every low-bit recipe of a part)."""
+    defines is built: both instrumentation variants of the suite kernels, every low-bit recipe of a part).
+    link=True also links the objects into one shared library (entry "link"): a symbol defined in a header
+    that several translation units include fails there, as it does in the real build."""
     nvcc = find_nvcc()
     if nvcc is None:
         raise Unavailable("nvcc not found (set CUDA_HOME or put nvcc on PATH)")
     srcs = [Path(s) for s in (sources or KERNEL_SOURCES)]
+    if link:
+        extra = (*extra, "-Xcompiler", "-fPIC")
     with tempfile.TemporaryDirectory() as tmp:
         def one(src: Path):
             cmd = [nvcc, GENCODE, *NVCC_FLAGS, *extra, "-c", str(src), "-o", str(Path(tmp) / (src.stem + ".o"))]
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
             return src.name, (p.returncode == 0, (p.stderr or p.stdout).strip())
         with ThreadPoolExecutor(jobs or max(1, os.cpu_count() or 1)) as ex:
-            return dict(ex.map(one, srcs))
+            res = dict(ex.map(one, srcs))
+        if link and all(ok for ok, _ in res.values()):
+            objs = [str(Path(tmp) / (s.stem + ".o")) for s in srcs]
+            p = subprocess.run([nvcc, GENCODE, "-shared", *objs, "-o", str(Path(tmp) / "linked.so")],
+                               capture_output=True, text=True, timeout=timeout)
+            res["link"] = (p.returncode == 0, (p.stderr or p.stdout).strip())
+        return res
 
 
 _STUBS = {  # the CUDA math-library types torch's ATen CUDA headers name (headers absent without the full toolkit)

@@ -194,12 +194,17 @@ def test_compile_lowbit_instantiations(tmp_path):
     if os.environ.get("NATIVE_COMPILE_ALL") == "1":
         srcs = parts
     else:
-        sub = tmp_path / "lowbit_subset.cu"
-        sub.write_text('#include "lowbit_launch.cuh"\n' + "".join(f"LOWBIT_DEFINE(rec_{r})\n" for r in SUBSET))
-        srcs = [sub]
-    res = build.compile_check(sources=srcs + [build.ROOT / "kernels" / "lowbit_dispatch.cu"])
+        # two translation units that include the same headers, as the real parts do, so the link below
+        # catches a non-inline definition in a header (the H200 build once failed exactly so)
+        srcs = []
+        for i, part in enumerate((SUBSET[:2], SUBSET[2:])):
+            sub = tmp_path / f"lowbit_subset{i}.cu"
+            sub.write_text('#include "lowbit_launch.cuh"\n' + "".join(f"LOWBIT_DEFINE(rec_{r})\n" for r in part))
+            srcs.append(sub)
+    res = build.compile_check(sources=srcs + [build.ROOT / "kernels" / "lowbit_dispatch.cu"], link=True)
     bad = {k: msg[-3000:] for k, (ok, msg) in res.items() if not ok}
     assert not bad, bad
+    assert "link" in res
 
 
 def test_bindings_syntax():
