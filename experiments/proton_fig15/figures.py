@@ -45,8 +45,8 @@ def _mode_label(params: str) -> str:
     if not params:
         return "default"
     d = {k: v for k, v in json.loads(params).items() if k != "size"}
-    if "buffer_records" in d:
-        return "native"
+    if "buffer_records" in d:                   # our native header: staged (default) | warp0 | direct
+        return f"native {d.get('mode', 'direct')}"
     return ", ".join(f"{k}={v}" for k, v in sorted(d.items())) or "default"
 
 
@@ -72,7 +72,8 @@ def fig15(df):
     o = overheads(df)
     if o.empty:
         return None
-    ours = o[((o["profiler"] == "proton") & (o["mode"] == "default")) | (o["profiler"] == "native")]
+    ours = o[((o["profiler"] == "proton") & (o["mode"] == "default"))
+             | ((o["profiler"] == "native") & (o["mode"] == "native staged"))]
     ours = ours.groupby(["kernel", "profiler"])[["overhead", "lo", "hi"]].median().reset_index()
     p = _paper(df)
     p = p[p["gpu"] == "GH200"]
@@ -99,7 +100,7 @@ def fig15(df):
     ax.grid(axis="x", visible=False)
     ax.legend(handles=[Patch(color=BAR_COLORS["paper"], label="paper: Proton default (GH200)"),
                        Patch(color=BAR_COLORS["proton"], label=f"ours: Proton default ({gpu})"),
-                       Patch(color=BAR_COLORS["native"], label=f"ours: native header ({gpu})")],
+                       Patch(color=BAR_COLORS["native"], label=f"ours: native header, staged mode ({gpu})")],
               loc="upper right", frameon=False)
     ax.set_title(f"Proton Fig. 15: intra-kernel instrumentation overhead, GH200 (paper) beside {gpu} (ours)")
     return fig
@@ -200,9 +201,10 @@ def findings(df):
     modes = prot[prot["mode"] != "default"].groupby("mode")["overhead"].apply(geomean)
     if len(modes):
         out.append("Other modes, geomean over the kernels: " + "; ".join(f"{m} {v:.3f}x" for m, v in modes.items()) + ".")
-    nat = o[o["profiler"] == "native"].groupby("kernel")["overhead"].median()
-    if len(nat):
-        out.append(f"Our native header on our CUDA kernels: {listing(f'{k} {v:.3f}x' for k, v in nat.items())}.")
+    for m, g in o[o["profiler"] == "native"].groupby("mode"):
+        nat = g.groupby("kernel")["overhead"].median()
+        out.append(f"Our native header ({m.removeprefix('native ')} mode) on our CUDA kernels: "
+                   f"{listing(f'{k} {v:.3f}x' for k, v in nat.items())}; geomean {geomean(nat):.3f}x.")
     failed = df[(df["status"] != "ok") & (df["profiler"] == "proton")].drop_duplicates("point_hash")
     if len(failed):
         mode = failed["params"].fillna("").map(_mode_label)
