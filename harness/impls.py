@@ -22,9 +22,10 @@ from typing import Any, Callable
 import torch
 
 from kernels import Unavailable
+from kernels.lowbit.formats import ACT_DTYPES
 from .specs import CONF_DIR, Precision
 
-TORCH_DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
+TORCH_DTYPES = {k: ACT_DTYPES[k] for k in ("f16", "bf16")}     # the names rows use
 
 
 @dataclass

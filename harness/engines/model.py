@@ -10,10 +10,12 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels.lowbit.formats import ACT_DTYPES
+
 from ..hf import hf_config
 from ..specs import ModelCard
 
-DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+DTYPES = {"f16": ACT_DTYPES["f16"], "bf16": ACT_DTYPES["bf16"], "f32": torch.float32}
 
 
 @dataclass

@@ -2,9 +2,7 @@
 import torch
 
 from kernels import Unavailable, Unsupported
-
-_ACT = {"f16": torch.float16, "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
-        "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+from kernels.lowbit.formats import ACT_DTYPES as _ACT
 
 
 def act_dtype_of(act_dtype):

@@ -49,7 +49,8 @@ __all__ = [
     "dequantize_ref", "float_code_values", "codes_of", "ACT_DTYPES",
 ]
 
-ACT_DTYPES = {"f16": torch.float16, "float16": torch.float16,
+# The project's one map of activation dtype names (harness, baselines and engines read it from here).
+ACT_DTYPES = {"f16": torch.float16, "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
               "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
 
 
