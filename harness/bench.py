@@ -100,6 +100,9 @@ class Context:
 
 
 class Benchmark(Protocol):
+    """Optional attributes: `label_axes` (the job axes its progress label shows), `timing_keys` (the
+    `timing.*` settings it reads: they go into the hash and the `timing` column; default all),
+    `env_key(point)` (package versions the point depends on)."""
     primary_metric: str
 
     def points(self, ctx: Context) -> list[Point]: ...

@@ -101,10 +101,11 @@ def build_context(cfg: DictConfig, plan_only: bool = False) -> tuple[Context, ob
 TIMING_KEYS = ("warmup_ms", "samples", "flush_l2", "flush_mb", "cuda_graph", "host_ahead", "cpu_samples")
 
 
-def timing_key(t: DictConfig, device: str) -> str:
-    """The timing settings (JSON, part of every point's hash and row): changing any of them measures
-    the points again. Settings that cannot change a number (progress, results folder) are not here."""
-    return json.dumps({k: t[k] for k in TIMING_KEYS}, sort_keys=True)
+def timing_key(t: DictConfig, keys: tuple[str, ...] = TIMING_KEYS) -> str:
+    """The timing settings a benchmark reads (JSON, part of every point's hash and row): changing any
+    of them measures the points again. A benchmark that times in its own way declares the `timing.*`
+    keys it does read (`timing_keys`); settings that cannot change a number are not here."""
+    return json.dumps({k: t[k] for k in keys}, sort_keys=True)
 
 
 def _rows(point: Point, metrics: list[Metric], status: str, error: str, prov: dict, phash: str) -> list[dict]:
@@ -157,7 +158,7 @@ def run_job(cfg: DictConfig) -> Path:
     exp_dir = results_root(cfg) / ctx.gpu.name / ctx.experiment.name
     check_writable(exp_dir)
     cv = code_version()
-    timing = timing_key(cfg.timing, ctx.device)
+    timing = timing_key(cfg.timing, getattr(bench, "timing_keys", TIMING_KEYS))
     points = [dataclasses.replace(p, timing=timing, env=_env_key(bench, p)) for p in points]
     hashes = {p: p.hash(cv, ctx.gpu.name) for p in points}
     shown_dir = exp_dir.relative_to(ROOT) if exp_dir.is_relative_to(ROOT) else exp_dir

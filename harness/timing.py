@@ -53,7 +53,8 @@ class Timing:
     host_ms: float | None = None   # median host time of one call (enqueue only); >= median_ms: host-bound
 
 
-def _quantile(xs: list[float], q: float) -> float:
+def quantile(xs: list[float], q: float) -> float:
+    """Linear-interpolated quantile q of xs (the p10/p90 of every row)."""
     xs = sorted(xs)
     if len(xs) == 1:
         return xs[0]
@@ -109,7 +110,7 @@ class Timer:
             t0 = time.perf_counter()
             fn()
             ts.append((time.perf_counter() - t0) * 1e3)
-        return Timing(statistics.median(ts), _quantile(ts, 0.1), _quantile(ts, 0.9), len(ts), None, self.method)
+        return Timing(statistics.median(ts), quantile(ts, 0.1), quantile(ts, 0.9), len(ts), None, self.method)
 
     def _time_cuda(self, fn: Callable[[], object]) -> Timing:
         run = fn
@@ -156,7 +157,7 @@ class Timer:
         ts = [s.elapsed_time(e) for s, e in zip(starts, ends)]
         # CUDA events also count time the GPU waits for the host to enqueue the call: when the
         # host time of a call approaches the GPU time, the timing measures the launch path
-        return Timing(statistics.median(ts), _quantile(ts, 0.1), _quantile(ts, 0.9), len(ts), clock, self.method,
+        return Timing(statistics.median(ts), quantile(ts, 0.1), quantile(ts, 0.9), len(ts), clock, self.method,
                       statistics.median(host))
 
 
@@ -197,4 +198,4 @@ def device_time(fn: Callable[[], object], samples: int, match: Callable[[str], b
         raise RuntimeError("the profiler saw no matching kernel")
     per_call = len(durs) // samples if len(durs) % samples == 0 else 1
     ts = [sum(durs[i:i + per_call]) / 1e3 for i in range(0, len(durs), per_call)]
-    return Timing(statistics.median(ts), _quantile(ts, 0.1), _quantile(ts, 0.9), len(ts), clock, "cupti-kernel")
+    return Timing(statistics.median(ts), quantile(ts, 0.1), quantile(ts, 0.9), len(ts), clock, "cupti-kernel")

@@ -84,6 +84,9 @@ def _save(src: str | Path, dst: Path, compress_over: int = 1 << 20) -> Path:
 class KernelInstrumentation:
     primary_metric = "latency_ms"
     label_axes = ()          # its sizes come from kernels.suite, not from a model card or precision
+    # on the GPU kernel times come from CUPTI with the experiment's own sample counts (params);
+    # timing.* applies only to the wall-clock timer of a CPU run
+    timing_keys = ("cpu_samples",)
 
     def points(self, ctx: Context) -> list[Point]:
         from kernels.suite import SUITE

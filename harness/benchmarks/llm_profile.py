@@ -29,7 +29,7 @@ from ..bench import Context, Metric, Point, register
 from ..engines.measure import run_isolated
 from ..engines.profilers import nsys_command, unavailable_reason
 from ..specs import CONF_DIR, ConfigError, choices
-from ..timing import NumericsFail
+from ..timing import NumericsFail, quantile
 
 WORKLOADS = ("train", "infer")
 PHASE = {"train": "step", "infer": "prefill+decode"}
@@ -70,18 +70,11 @@ def _version(pkg: str) -> str:
         return "missing"
 
 
-def _quantile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    pos = q * (len(xs) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
 @register("llm_profile")
 class LlmProfile:
     primary_metric = "overhead"
     label_axes = ("model",)
+    timing_keys = ()          # times regions in its own processes (params: target_s, warmup_s), not with timing.*
 
     # ---- configuration ------------------------------------------------------------------------
     def settings(self, ctx: Context) -> dict:
@@ -294,7 +287,7 @@ class LlmProfile:
     def _metrics(self, p: Point, r: dict, base: list[float], s: dict, ctx: Context) -> list[Metric]:
         k = len(base)
         med = statistics.median(base)
-        p10, p90 = _quantile(base, 0.1), _quantile(base, 0.9)
+        p10, p90 = quantile(base, 0.1), quantile(base, 0.9)
         cv = statistics.stdev(base) / statistics.mean(base) if k >= 2 else float("nan")
         clock = r.get("sm_clock_mhz")
         _, why = self._stack(s, p.workload, ctx.device)

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from kernels import Unavailable, Unsupported
 from ..specs import ModelCard, Precision
+from ..timing import quantile
 
 
 def vllm_version() -> str | None:
@@ -77,14 +78,6 @@ class VllmResult:
     @property
     def median_ms(self) -> float:
         return statistics.median(self.samples_ms)
-
-
-def _quantile(xs, q):
-    xs = sorted(xs)
-    pos = q * (len(xs) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def _write_model(card: ModelCard, prec: Precision, layers: int, out: Path, check: bool, seed: int):
@@ -274,7 +267,7 @@ def _check_against_hf(hf_model, ps, run) -> str:
 
 
 def result_quantiles(r: VllmResult) -> tuple[float, float]:
-    return _quantile(r.samples_ms, 0.1), _quantile(r.samples_ms, 0.9)
+    return quantile(r.samples_ms, 0.1), quantile(r.samples_ms, 0.9)
 
 
 __all__ = ["VllmRunner", "measure_vllm", "vllm_version", "quantization_config", "VllmResult", "result_quantiles"]
