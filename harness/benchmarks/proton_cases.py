@@ -21,25 +21,22 @@ from pathlib import Path
 
 from kernels import Unavailable, Unsupported
 from ..bench import Context, Metric, Point, register
-from ..specs import ConfigError
+from ..specs import ConfigError, GpuSpec
 from ..timing import NumericsFail
 
 NO_PROTON = "Proton's CUPTI profiler needs a CUDA GPU"
 # Compute capability by conf/gpu card name, for planning without the device (GPU runs ask the device).
-CARD_ARCH = {"h200": (9, 0), "h100_sxm": (9, 0), "gh200": (9, 0), "b200": (10, 0), "a100_80gb": (8, 0),
-             "l40s": (8, 9)}
-
-
 def arch(ctx: Context) -> tuple[int, int] | None:
-    """(major, minor) of the GPU: the device's own on a GPU run, else the card's `arch` ("sm_90") or CARD_ARCH."""
+    """(major, minor) of the GPU: the device's own on a GPU run, else the `arch` of the card (conf/gpu/)."""
     if not ctx.on_cpu:
         import torch
         return tuple(torch.cuda.get_device_capability())
-    a = getattr(ctx.gpu, "arch", None)
-    if a:
-        digits = str(a).lower().removeprefix("sm_")
-        return int(digits[:-1]), int(digits[-1])
-    return CARD_ARCH.get(ctx.gpu.name)
+    card = GpuSpec.load(ctx.gpu.name) if ctx.gpu.arch is None else ctx.gpu
+    a = card.arch if card else None
+    if not a:
+        return None
+    digits = str(a).lower().removeprefix("sm_")
+    return int(digits[:-1]), int(digits[-1])
 
 
 def _sm(a) -> str:
