@@ -114,6 +114,10 @@ def test_bad_values_fail_while_planning(overrides, needle):
     (["experiment=gemm_shapes", "timing.sampels=3"], "Could not override 'timing.sampels'"),
     (["experiment=gemm_shapes", "hydra/launcher=nosuch", "-m"], "Could not find 'hydra/launcher/nosuch'"),
     (["experiment=gemm_shapes", "timing.samples=-1", "-m"], "timing.samples=-1 must be >= 1"),
+    # a GPU value that the experiment's `cpu:` block replaces on this machine is still checked
+    (["experiment=proton_fig13", "experiment.params.layers=abc"], "layers='abc' must be a positive integer"),
+    (["experiment=tilus_fig12", "experiment.params.decode_repeats=abc"], "decode_repeats='abc' is not an integer"),
+    (["experiment=proton_fig8", "experiment.params.K=[abc]"], "experiment.params.K: 'abc' is not a number"),
 ])
 def test_cli_rejects_bad_input_with_valid_choices(args, needle, tmp_path):
     flags = [a for a in args if a.startswith("-")]

@@ -42,7 +42,7 @@ from kernels import Unavailable, Unsupported
 from .. import impls
 from ..bench import Context, Metric, Point, register
 from ..impls import TORCH_DTYPES
-from ..specs import ConfigError, KernelSpec, Precision
+from ..specs import ConfigError, KernelSpec, Precision, int_value
 from ..timing import NumericsFail, Timer, measure_read_bandwidth, rel_error
 
 DEFAULT_TOL = {"f16": 2e-3, "bf16": 1e-2}      # per linear, as the kernel-level rows (benchmarks/matmul.py)
@@ -70,6 +70,14 @@ class Job:
         unknown = sorted(set(ctx.experiment.params) - set(DEFAULTS))
         if unknown:
             raise ConfigError(f"experiment {ctx.experiment.name}: unknown params {unknown}; valid: {sorted(DEFAULTS)}")
+        for k, lo in (("decode_repeats", 1), ("prefill_repeats", 1), ("check_tokens", 1), ("vllm_repeats", 1),
+                      ("vllm_decode_steps", 1), ("tune_per_path", 0)):
+            int_value(f"experiment.params.{k}", p[k], lo)
+        for k in ("cuda_graphs", "vllm"):
+            if not isinstance(p[k], bool):
+                raise ConfigError(f"experiment.params.{k}={p[k]!r} is not a boolean; use true or false")
+        if isinstance(p["logits_tol"], bool) or not isinstance(p["logits_tol"], (int, float)) or not p["logits_tol"] > 0:
+            raise ConfigError(f"experiment.params.logits_tol={p['logits_tol']!r} must be a number > 0")
         self.p = p
         cpu = dict(ctx.experiment.cpu or {})
         card, prec, steps, layers = ctx.model, ctx.precision, p["steps"], p["layers"]

@@ -79,11 +79,17 @@ class LlmProfile:
     # ---- configuration ------------------------------------------------------------------------
     def settings(self, ctx: Context) -> dict:
         """The experiment's params merged over the defaults (and its `cpu` block over both on the CPU),
-        validated; raises ConfigError naming the value and what is allowed."""
+        validated; raises ConfigError naming the value and what is allowed. On the CPU the params
+        that the `cpu` block replaces are validated too (a bad GPU value fails everywhere)."""
         prm = dict(ctx.experiment.params)
-        if ctx.on_cpu:
-            for k, v in (ctx.experiment.cpu or {}).items():
-                prm[k] = {**prm.get(k, {}), **v} if isinstance(v, dict) and k in ("train", "infer") else v
+        if not ctx.on_cpu:
+            return self._settings(prm, ctx)
+        self._settings(prm, ctx)
+        for k, v in (ctx.experiment.cpu or {}).items():
+            prm[k] = {**prm.get(k, {}), **v} if isinstance(v, dict) and k in ("train", "infer") else v
+        return self._settings(prm, ctx)
+
+    def _settings(self, prm: dict, ctx: Context) -> dict:
         bad = sorted(set(prm) - set(PARAM_KEYS))
         if bad:
             raise ConfigError(f"llm_profile: unknown params {bad}; valid: {list(PARAM_KEYS)}")

@@ -59,8 +59,28 @@ def _sweep_params(ctx: Context) -> dict:
     """The experiment's params, with its `cpu:` values (tiny shapes for the interpreter) on a CPU run."""
     prm = dict(ctx.experiment.params)
     if ctx.on_cpu:
-        prm.update({k: v for k, v in (ctx.experiment.cpu or {}).items() if v is not None})
+        cpu = {k: v for k, v in (ctx.experiment.cpu or {}).items() if v is not None}
+        for k, v in cpu.items():       # the GPU values a CPU run replaces must still be well-formed
+            _same_kind(f"experiment.params.{k}", prm.get(k), v)
+        prm.update(cpu)
     return prm
+
+
+def _same_kind(key: str, given, example) -> None:
+    """`given` has the type of `example` (a list: every element the type of the example's elements)."""
+    def kind(v):
+        return "number" if isinstance(v, (int, float)) and not isinstance(v, bool) else type(v).__name__
+    if given is None:
+        return
+    if isinstance(example, (list, tuple)):
+        if not isinstance(given, (list, tuple)):
+            raise ConfigError(f"{key}={given!r} must be a list like {list(example)!r}")
+        kinds = {kind(e) for e in example}
+        bad = [g for g in given if kind(g) not in kinds]
+        if bad:
+            raise ConfigError(f"{key}: {bad[0]!r} is not a {'/'.join(sorted(kinds))}, as in {list(example)!r}")
+    elif kind(given) != kind(example):
+        raise ConfigError(f"{key}={given!r} must be a {kind(example)}, like {example!r}")
 
 
 def _proton_profile(fn, reps: int, stem: Path) -> tuple[list, int]:
