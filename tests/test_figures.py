@@ -178,7 +178,7 @@ def test_every_figure_regenerates_from_the_committed_results(tmp_path):
     out, failures = build_main(tmp_path)
     text = out.read_text()
     assert not failures, failures
-    for exp in sorted(p.name for p in (tmp_path / "h200").iterdir()):
+    for exp in sorted(p.name for p in (tmp_path / "h200").iterdir() if p.is_dir()):
         sec = text.split(f"\n## {exp}\n")[1].split("\n## ")[0]
         assert "No GPU results are committed for this experiment yet" not in sec
     pngs = {p.stem for p in (tmp_path / "figures").glob("*.png")}
