@@ -83,9 +83,12 @@ def pack(qw) -> PackedWeight:
     L = LL.Layout.of(qw.K, qw.N, qw.group_size, rec.kstep)
     words = LL.pack_codes(rec, qw.codes(), L)
     dev = qw.packed.device
-    stab = LL.stage_table(L)
-    return PackedWeight(rec, xsplit, L, words, LL.pack_scales(qw, L), stab.to(dev), LL.stage_slots(stab), qw,
-                        qw.act_dtype)
+    if LL.group_ok(qw.K, qw.group_size) is None:
+        stab = LL.stage_table(L)
+        slots = LL.stage_slots(stab)
+    else:  # groups the decode kernel cannot stage (< 32 k, e.g. 8: up to 16 per stage): the prefill path only
+        stab, slots = torch.zeros(L.iters, dtype=torch.int32), 0
+    return PackedWeight(rec, xsplit, L, words, LL.pack_scales(qw, L), stab.to(dev), slots, qw, qw.act_dtype)
 
 
 # ----------------------------------------------------------------------------- device state

@@ -528,7 +528,10 @@ def stage_table(L: Layout) -> torch.Tensor:
                 if (k0 + (q + 1) * KG) % g == 0:
                     mask |= 1 << q
         cnt = g1 - g0 + 1
-        assert cnt <= SCALE_SLOTS and g0 < (1 << 16)
+        if cnt > SCALE_SLOTS or g0 >= (1 << 16):
+            raise ValueError(f"stage {it} touches groups {g0}..{g1} (group size {g}, kstep {L.kstep}): the decode "
+                             f"kernel stages at most {SCALE_SLOTS} groups of index < 65536 (group_ok: "
+                             f"{group_ok(L.K, g)})")
         out.append(g0 | (cnt << 16) | (mask << 20))
     return torch.tensor(out, dtype=torch.int32)
 

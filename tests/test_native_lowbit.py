@@ -162,6 +162,35 @@ def test_supports():
     assert lowbit.supports(Case("u4", "fp32", -1, 64, 64))
 
 
+def test_pack_prefill_only_group_sizes():
+    """Group sizes the decode kernel cannot stage (8: 16 groups per 128-k stage) pack for the prefill path
+    (the H200 self-check's u4 g8 case failed in pack with a bare assert)."""
+    qw = random_quantized(1152, 600, "u4", 8, torch.float16, seed=0)
+    pw = lowbit.pack(qw)
+    assert not pw.decode_group_ok and pw.slots == 0 and pw.stab.numel() == pw.L.iters
+    with pytest.raises(ValueError, match="at most 8 groups"):
+        LL.stage_table(pw.L)
+
+
+@pytest.mark.parametrize("fmt", ["f7e6m0", "f8e6m1", "f8e7m0", "f8e5m2", "u4"])
+def test_self_check_inputs_of_wide_floats(fmt):
+    """native.check: f16 scales of floats with >= 6 exponent bits are the smallest f16 has, so the exact
+    output fits f16 where it can; f8e7m0 (max 2^64) cannot and is skipped with the reason."""
+    from native.check import narrow_scales, unrepresentable
+    qw = random_quantized(1000, 700, fmt, -1, torch.float16, seed=3)
+    q2 = narrow_scales(qw, 3)
+    wide = parse_format(fmt).exp_bits >= 6 if parse_format(fmt).kind == "float" else False
+    assert (q2 is not qw) == wide
+    assert narrow_scales(random_quantized(64, 64, fmt, -1, torch.bfloat16), 0).scales.dtype == torch.bfloat16
+    x = torch.randn(16, 1000, generator=torch.Generator().manual_seed(1)).half()
+    ref = x.double() @ dequantize_ref(q2)
+    why = unrepresentable(ref, torch.float16)
+    assert (why is not None) == (fmt == "f8e7m0"), why
+    if wide:
+        assert unrepresentable(x.double() @ dequantize_ref(qw), torch.float16)   # the old inputs overflowed
+        assert q2.scales.min() >= 2.0 ** -24 and ref.abs().max() > 1.0
+
+
 def test_prepare_without_gpu_is_unavailable():
     if torch.cuda.is_available():
         pytest.skip("GPU present")
