@@ -3,7 +3,8 @@
 Every decoder linear (qkv, o, gate_up, down; fused the way vLLM fuses them, so the shapes are
 those of harness/shapes.py and of the kernel-level rows) becomes a `FusedLinear` that calls one
 implementation of harness/impls.py (`cublas` for dense f16/bf16, `triton`'s `triton_lowbit`,
-`tilus`, `torch_int4`, ...), prepared once per batch size. Its weight is drawn once from a normal
+`tilus`, `native` (our CUDA C++ kernels), `torch_int4`, ...), prepared once per batch size (`native`:
+once, its prepared fn serves every batch size). Its weight is drawn once from a normal
 init (std = the config's initializer_range) and, for a low-bit precision, quantized with
 kernels.lowbit.formats.quantize (round to nearest; per-group scales and zero points as kernels/lowbit
 computes them). The dense decoder weights are never materialized as a whole: the HF model is built
@@ -46,6 +47,9 @@ GROUPS = (
     ("down", "mlp", ("down_proj",)),
 )
 MODES = ("kernel", "reference", "check", "skip")
+# implementations whose prepared fn serves any batch size (it packs the weight once and picks its decode or
+# prefill path per call): prepared once per linear, not once per M (native/lowbit.py ignores the M hint)
+ANY_M = {"native"}
 _SKIP_OUT: dict = {}     # (N, dtype, device) -> the preallocated output every skipped linear of that width returns
 
 
@@ -89,6 +93,11 @@ class FusedLinear(nn.Module):
     def dense(self) -> bool:
         return self.precision.kind == "dense"
 
+    @property
+    def any_m(self) -> bool:
+        from ..impls import resolve
+        return resolve(self.impl) in ANY_M
+
     def make_weight(self):
         """The weight, deterministic in (seed, shape): regenerated when it was not kept."""
         g = torch.Generator(device=self.device).manual_seed(self.seed)
@@ -103,7 +112,8 @@ class FusedLinear(nn.Module):
 
     def prepare(self, M: int, seconds=None, tune_per_path: int = 0) -> float:
         """Prepare the implementation for batch size M (once per M); returns the seconds it took."""
-        if self.prepared is not None and self.prepared_M == M:
+        if self.prepared is not None and (self.prepared_M == M or self.any_m):
+            self.prepared_M = M
             return 0.0
         self.prepared = None                           # one prepared copy of the weight at a time
         t0 = time.perf_counter()
