@@ -14,7 +14,8 @@ from torch import nn
 
 from harness.bench import Context
 from harness.benchmarks.llm_e2e import LlmE2E
-from harness.engines.decode import run_sequence, use_static_attention
+from harness.engines import decode
+from harness.engines.decode import StaticKV, prepare_inference, run_sequence, use_static_attention
 from harness.engines.model import tiny_card
 from harness.engines.quantized import FusedLinear, Member, build_quantized, param_count, weights_oom
 from harness.runner import build_context, run_point
@@ -88,11 +89,87 @@ def test_decode_loop_matches_the_hf_forward(arch):
     qm.model.config._attn_implementation = "eager"      # HF's own attention (Gemma-2 soft-caps only there)
     with torch.inference_mode():
         ref = qm.model(input_ids=ids).logits.double()[:, 7:]
-    use_static_attention(qm.model)
+    prepare_inference(qm.model)                          # our attention, Gemma's norm scales folded
     out = run_sequence(qm.model, qm.layers, ids, 8, "cpu", torch.float16).double()   # prefill 8, decode 4
     assert out.shape == ref.shape
     assert rel_error(out, ref) < 5e-3
     assert rel_error(out[:, 1:], ref[:, :-1]) > 0.1     # one position off is caught
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
+def test_softcapped_decode_attention_is_hfs_formula_without_copying_the_cache(dtype):
+    from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward
+    g = torch.Generator().manual_seed(0)
+    B, H, kvh, kv, d, cap = 3, 8, 2, 37, 16, 5.0
+    q = torch.randn(B, H, 1, d, generator=g).to(dtype)
+    cache = (torch.randn(B, kvh, kv + 5, d, generator=g) * 3).to(dtype)    # a view of a longer cache, as StaticKV's
+    k, v = cache[:, :, :kv], cache.flip(2)[:, :, :kv]
+    mod = type("M", (), {"num_key_value_groups": H // kvh, "training": False})()
+    ref, _ = eager_attention_forward(mod, q, k, v, None, dropout=0.0, scaling=d ** -0.5, softcap=cap)
+    out, _ = decode._attention(mod, q, k, v, None, scaling=d ** -0.5, softcap=cap)
+    assert out.shape == ref.shape == (B, 1, H, d)
+    assert rel_error(out.double(), ref.double()) < (1e-12 if dtype == torch.float64 else 2e-3)
+    wrong = decode._decode_softcap(q.flip(1), k, v, d ** -0.5, cap).reshape(B, 1, H, d)   # heads mis-grouped
+    assert rel_error(wrong.double(), ref.double()) > 0.1
+
+
+def test_gemma_norm_scales_folded_bitwise_and_counted_ops_drop():
+    from transformers.models.gemma2.modeling_gemma2 import Gemma2RMSNorm
+    n = Gemma2RMSNorm(64).half()
+    with torch.no_grad():
+        n.weight.normal_()
+    x = torch.randn(5, 64).half()
+    ref = n(x)
+    assert decode.fold_norm_scales(nn.Sequential(n)) == 1 and decode.fold_norm_scales(nn.Sequential(n)) == 0
+    assert torch.equal(n(x), ref)
+    # what the timed Gemma-2 decode step runs per layer besides the linears (experiments/tilus_fig12/nongemm_ops.py)
+    from experiments.tilus_fig12.nongemm_ops import per_layer
+    layer, fixed, names = per_layer("gemma2_9b")
+    assert layer["attention"] == 7 and "repeat_interleave" not in names["attention"]
+    assert layer["norms"] == 32
+    q_layer, _, _ = per_layer("qwen2_5_32b")
+    assert q_layer["attention"] == 1             # SDPA where nothing is soft-capped
+
+
+def test_kv_bytes_of_a_step_respect_sliding_windows():
+    c = card("gemma2_9b", hidden=64, heads=2, kv_heads=1, intermediate=128, vocab=256)
+    from harness.engines.model import build_model
+    cfg = build_model(c, layers=2, dtype="f16", device="cpu").config      # layer_types: sliding, full
+    assert list(cfg.layer_types[:2]) == ["sliding_attention", "full_attention"]
+    cfg.sliding_window = 8
+    kv = StaticKV(cfg, 2, 3, 21, torch.float16, "cpu")
+    per_pos = 3 * cfg.num_key_value_heads * cfg.head_dim * 2 * 2           # K and V, f16
+    assert kv.step_bytes(cfg, 21) == (8 + 21) * per_pos
+    assert kv.step_bytes(cfg, 5) == (5 + 5) * per_pos == kv.nbytes * 10 // 42
+
+
+def test_native_is_planned_in_cuda_graphs_and_prepared_once_for_every_batch_size(monkeypatch):
+    import harness.engines.quantized as Q
+    h200 = GpuSpec.load("h200")
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["experiment=tilus_fig12", "model=gemma2_9b", "precision=u4"])
+    spec = ExperimentSpec.from_cfg(cfg.experiment)
+    assert "native" in spec.kernels
+    ctx = Context(spec, card("gemma2_9b"), prec("u4"), h200, tuple(spec.kernels), "cuda")
+    pts = LlmE2E().points(ctx)
+    mode = {(p.impl, p.phase, p.batch): p.params_dict["mode"] for p in pts if not p.skip_reason}
+    assert mode[("native", "decode", 1)] == mode[("native", "decode", 16)] == "cuda_graph"
+    assert mode[("native", "prefill", 1)] == "eager" and mode[("tilus", "decode", 1)] == "eager"
+    # a prepared fn that serves every M (native's) is prepared once per linear, not once per batch size
+    calls = []
+    real_get = Q.get
+
+    def get(name):
+        prep = real_get(name)
+        return lambda p: calls.append(p.M) or prep(p)
+
+    monkeypatch.setattr(Q, "get", get)
+    monkeypatch.setattr(Q, "ANY_M", {"triton_lowbit"})
+    c = card("llama3_1_8b", hidden=64, heads=2, kv_heads=1, intermediate=128, vocab=256)
+    qm = build_quantized(c, prec("u4", 32), "triton", layers=1, device="cpu")
+    for M in (1, 16, 80, 1):
+        qm.prepare(M)
+    assert calls == [1] * 4 and all(l.prepared_M == 1 for l in qm.linears)
 
 
 def test_oom_rule_is_the_artifacts_and_planned_without_building():
@@ -139,6 +216,9 @@ def test_the_benchmark_runs_through_the_cli_on_cpu(tmp_path):
     pts = df.drop_duplicates("point_hash").set_index(["impl", "phase", "batch"])["status"]
     assert (pts.loc[["cublas", "triton"]] == "ok").all()
     assert pts.loc["torch_int4"].eq("unsupported").all()            # bf16-only kernel beside f16 activations
+    assert pts.loc["native"].eq("unavailable").all()                # a status row without a GPU, never a crash
+    err = df[df["impl"] == "native"]["error"].iloc[0]
+    assert "CUDA GPU" in err
     ok = df[df["status"] == "ok"]
     for m in ("latency_ms", "predicted_ms", "gemm_ms", "nongemm_ms", "weight_bytes", "logits_rel_err"):
         assert ok[ok["metric"] == m].shape[0] == 6, m

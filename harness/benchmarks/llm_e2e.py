@@ -6,7 +6,7 @@ sequences holding seq_len // batch context tokens each (2048 in total); prefill 
 seq_len prompt tokens; the time of one forward step, median after warm-up.
 
 Our engine (harness/engines/quantized.py + decode.py): the HF model of the card with its decoder
-linears on a registry kernel (`cublas` for the dense f16 baseline, `triton`, `tilus`, ...), decode
+linears on a registry kernel (`cublas` for the dense f16 baseline, `triton`, `tilus`, `native`, ...), decode
 steps replayed as a CUDA graph (impls whose launches a graph cannot hold, Tilus', run eagerly:
 params mode=eager), prefill eager (as vLLM runs it). Before timing, at the batch size timed: every
 linear against its float64 reference on the model's own activations (the kernel's tolerance) and
@@ -24,9 +24,13 @@ Rows (metric: meaning):
                   (harness.timing.Timer: L2 flush, host-ahead), times its count per step
   nongemm_ms      the same step with every decoder linear returning a preallocated output (no
                   GEMM): embeddings, norms, rotary, attention, KV-cache writes, lm_head, sampling-free
-  floor_ms        weight_bytes / measured HBM read bandwidth (decode); prefill: the larger of that
+  floor_ms        floor_bytes / measured HBM read bandwidth (decode); prefill: the larger of that
                   and 2 x linear parameters x tokens / the GPU's f16 TFLOP/s
-  weight_bytes    bytes one step reads: quantized linears (codes + scales + zeros) + lm_head + norms
+  weight_bytes    weight bytes one step reads: quantized linears (codes + scales + zeros, biases) +
+                  lm_head (the embedding when tied; an untied embedding is only gathered) + norms
+  floor_bytes     weight_bytes + the KV-cache bytes the step reads (decode: every layer's context,
+                  a sliding-window layer's window at most) or writes (prefill)
+  kv_cache_bytes  the static cache allocated for the step
 A model whose weights exceed 0.8 x GPU memory (parameters x bits / 8, the artifact's rule) is an
 `oom` row, decided at plan time, never built.
 """
@@ -46,7 +50,11 @@ from ..specs import ConfigError, KernelSpec, Precision, int_value
 from ..timing import NumericsFail, Timer, measure_read_bandwidth, rel_error
 
 DEFAULT_TOL = {"f16": 2e-3, "bf16": 1e-2}      # per linear, as the kernel-level rows (benchmarks/matmul.py)
-NOT_CAPTURABLE = {"tilus"}                      # Tilus launches are not recorded by a CUDA graph (kernel work)
+# Tilus launches are not recorded by a CUDA graph (kernel work). native's decode path is one launch of a
+# torch extension on the current stream (at::cuda::getCurrentCUDAStream, which a capture redirects), into
+# torch-allocated outputs, with a shared workspace grown during the warm-up calls and re-zeroed by the
+# kernel itself: it is captured like cublas and triton (the replay-vs-eager check in _time_step guards it)
+NOT_CAPTURABLE = {"tilus"}
 PHASES = ("decode", "prefill")
 SKIP_KEYS = ("impl", "weight_dtype", "phase", "batch", "model")   # what a params.skip rule may match
 DEFAULTS = dict(steps=[{"phase": "decode", "batch": 1, "seq_len": 2048},
@@ -262,9 +270,9 @@ class LlmE2E:
         mode = point.params_dict["mode"]
         timer: Timer = ctx.state["e2e_timer"]
         timer.samples = int(point.params_dict["repeats"])
-        t, kv_bytes = self._time_step(qm, point, ctx, mode, timer, dev)
+        t, kv_bytes, kv_step = self._time_step(qm, point, ctx, mode, timer, dev)
         with qm.mode("skip"):
-            t_skip, _ = self._time_step(qm, point, ctx, mode, timer, dev)
+            t_skip, _, _ = self._time_step(qm, point, ctx, mode, timer, dev)
         gemm_ms, rows_ms, source = self._gemm_times(qm, point, ctx)
         cfgs = qm.configs()
         ms = [
@@ -276,6 +284,8 @@ class LlmE2E:
                    impl_config=source),
             Metric("weight_bytes", float(qm.weight_bytes), "B"),
             Metric("kv_cache_bytes", float(kv_bytes), "B"),
+            Metric("floor_bytes", float(qm.weight_bytes + kv_step), "B",
+                   impl_config="weight_bytes + the KV-cache bytes the step reads (decode) or writes (prefill)"),
             Metric("linear_rel_err", lin_err, "1"),
             Metric("logits_rel_err", logit_err, "1"),
             Metric("build_s", qm.build_s, "s"),
@@ -283,8 +293,8 @@ class LlmE2E:
         ]
         bw = ctx.state.get("bw_tbs")
         if bw:
-            floor = qm.weight_bytes / (bw * 1e12) * 1e3
-            note = "weight bytes / measured HBM bandwidth"
+            floor = (qm.weight_bytes + kv_step) / (bw * 1e12) * 1e3
+            note = "(weight bytes + KV-cache bytes of the step) / measured HBM bandwidth"
             if point.phase == "prefill" and ctx.gpu.tflops:
                 flops = 2 * sum(lin.K * lin.N for lin in qm.linears) * point.M
                 if flops / (ctx.gpu.tflops * 1e12) * 1e3 > floor:
@@ -295,7 +305,7 @@ class LlmE2E:
     def _model(self, point: Point, ctx: Context, job: Job, prec: Precision):
         """The built model for this (impl, precision), reused by the points that follow; a build that
         failed is remembered and re-raised for its other points."""
-        from ..engines.decode import use_static_attention
+        from ..engines.decode import prepare_inference
         from ..engines.quantized import build_quantized
         key = (KernelSpec.load(point.impl).impl, prec.name, prec.group_size, prec.act_dtype, job.layers)
         failed = ctx.state.setdefault("failed_builds", {})
@@ -321,7 +331,7 @@ class LlmE2E:
         except (Unsupported, Unavailable, torch.cuda.OutOfMemoryError, ConfigError, NotImplementedError) as e:
             failed[key] = type(e)(str(e))        # without its traceback, which holds the half-built model
             raise
-        use_static_attention(qm.model)
+        prepare_inference(qm.model)
         ctx.state["model"] = (key, qm)
         return qm
 
@@ -378,7 +388,7 @@ class LlmE2E:
                 t = timer(replay)
             else:
                 t = timer(step.eager)
-            return t, cache.nbytes
+            return t, cache.nbytes, cache.step_bytes(qm.config, step.start + step.tokens)
         finally:
             step.graph = None
             del step, cache

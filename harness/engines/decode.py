@@ -8,10 +8,13 @@ soft-capping: every architecture detail stays HF's), driven with:
     `kv_len` positions;
   * an attention function registered with transformers' AttentionInterface ("e2e_static"): PyTorch
     SDPA with grouped-query heads (flash attention on the GPU), causal for a prefill from an empty
-    cache, unmasked for a decode token that sees the whole cache; the math path (HF's eager
-    formula) where the model soft-caps attention logits (Gemma-2) or a sliding window cuts the
-    context. A custom attention name also makes HF skip its mask building, which needs cache
-    methods and host syncs that a CUDA graph cannot hold.
+    cache, unmasked for a decode token that sees the whole cache; where the model soft-caps attention
+    logits (Gemma-2), which SDPA cannot express: for a decode token `_decode_softcap` (HF's formula
+    as seven kernels reading K and V in place), for a prefill HF's eager formula (a sliding window
+    that cuts a prefill's context also takes that path). A custom attention name also makes HF skip
+    its mask building, which needs cache methods and host syncs that a CUDA graph cannot hold;
+  * `fold_norm_scales`: Gemma's RMSNorm scale (1 + weight, in f32) computed once instead of on
+    every call (`prepare_inference` does both).
 
 `Step` holds static input buffers, so the same step can be captured once and replayed:
 `step.capture()` (after warm-up calls, which also compile Triton kernels) returns a replay
@@ -47,6 +50,8 @@ def _attention(module, query, key, value, attention_mask=None, scaling=None, dro
         out = F.scaled_dot_product_attention(query, key, value, is_causal=q_len > 1, scale=scaling,
                                              enable_gqa=groups > 1)
         return out.transpose(1, 2).contiguous(), None
+    if q_len == 1:
+        return _decode_softcap(query, key, value, scaling, softcap), None
     # math path (HF's eager formula): soft-capped logits and/or a banded causal mask
     if groups > 1:
         key = key.repeat_interleave(groups, dim=1)
@@ -63,6 +68,48 @@ def _attention(module, query, key, value, attention_mask=None, scaling=None, dro
         w = w.masked_fill(~allowed, torch.finfo(w.dtype).min)
     w = torch.softmax(w, dim=-1, dtype=torch.float32).to(query.dtype)
     return torch.matmul(w, value).transpose(1, 2).contiguous(), None
+
+
+def _decode_softcap(query, key, value, scaling: float, softcap: float) -> torch.Tensor:
+    """One decode token with soft-capped logits (HF's eager formula, which SDPA cannot express), without
+    copying the cache: the query heads of each KV head form the rows of one [groups, d] x [d, kv] product
+    (HF's repeat_kv order: query head h reads KV head h // groups), so K and V are read once, in place
+    (strided batched GEMMs over the cache's valid part), not repeated into [B, H, kv, d] copies first.
+    Seven kernels: QK^T, scale, tanh, cap, softmax (f32), cast, PV. query [B, H, 1, d] -> [B, 1, H, d]."""
+    B, H, _, d = query.shape
+    kvh = key.shape[1]
+    q = query.reshape(B, kvh, H // kvh, d)
+    w = torch.matmul(q, key.transpose(2, 3))                     # [B, kvH, groups, kv]
+    w = torch.tanh(w * (scaling / softcap)) * softcap
+    w = torch.softmax(w, dim=-1, dtype=torch.float32).to(query.dtype)
+    return torch.matmul(w, value).reshape(B, 1, H, d)
+
+
+_GEMMA_NORMS = ("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm")
+
+
+def _gemma_norm_forward(self, x):
+    return (self._norm(x.float()) * self._scale_f32).type_as(x)
+
+
+def fold_norm_scales(model: nn.Module) -> int:
+    """Gemma's RMSNorm computes its scale (1 + weight) in f32 on every call (two kernels per norm, four
+    norms per layer); for inference it is a constant: computed once here, the same f32 values (the output
+    is bitwise HF's). Returns the number of norms folded (0 for other architectures)."""
+    n = 0
+    for m in model.modules():
+        if type(m).__name__ not in _GEMMA_NORMS or hasattr(m, "_scale_f32"):
+            continue
+        m.register_buffer("_scale_f32", 1.0 + m.weight.detach().float(), persistent=False)
+        m.forward = _gemma_norm_forward.__get__(m)
+        n += 1
+    return n
+
+
+def prepare_inference(model: nn.Module) -> None:
+    """What the timed steps need: our attention function, and per-call constants computed once."""
+    use_static_attention(model)
+    fold_norm_scales(model)
 
 
 def use_static_attention(model: nn.Module) -> None:
@@ -88,6 +135,19 @@ class StaticKV:
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
+
+    def step_bytes(self, config, kv_len: int) -> int:
+        """Bytes of K and V a step touches: every layer's first `kv_len` positions, at most the last
+        `sliding_window` of them in a sliding-window layer (config.layer_types, as HF's Gemma-2/3)."""
+        kinds = list(getattr(config, "layer_types", None) or [])
+        window = getattr(config, "sliding_window", None)
+        total = 0
+        for i, (k, v) in enumerate(zip(self.k, self.v)):
+            n = min(kv_len, k.shape[2])
+            if window and i < len(kinds) and kinds[i] == "sliding_attention":
+                n = min(n, int(window))
+            total += n * (k[:, :, 0].numel() * k.element_size() + v[:, :, 0].numel() * v.element_size())
+        return total
 
     def fill_random(self, upto: int, seed: int = 0) -> None:
         """Stand-in context: random keys/values in the first `upto` positions (a decode step's cost does
