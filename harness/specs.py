@@ -45,6 +45,7 @@ class ModelCard:
     experts_per_token: int = 0
     moe_intermediate_size: int = 0
     papers: tuple[str, ...] = ()
+    layers: int | None = None   # decoder-layer cap for whole-model experiments (`model.layers=4`); None: the experiment's
 
     @staticmethod
     def from_cfg(cfg: DictConfig | dict) -> "ModelCard":
@@ -56,6 +57,8 @@ class ModelCard:
             _need(getattr(card, k) > 0, f"model {card.name}: {k}={getattr(card, k)} must be > 0")
         _need(card.num_heads % card.num_kv_heads == 0,
               f"model {card.name}: num_heads={card.num_heads} is not a multiple of num_kv_heads={card.num_kv_heads}")
+        _need(card.layers is None or (type(card.layers) is int and card.layers > 0),
+              f"model {card.name}: layers={card.layers!r} must be a positive integer (a decoder-layer cap) or null")
         if card.num_experts:
             _need(0 < card.experts_per_token <= card.num_experts and card.moe_intermediate_size > 0,
                   f"model {card.name}: MoE needs 0 < experts_per_token <= num_experts and moe_intermediate_size > 0")

@@ -16,6 +16,7 @@ import gzip
 import importlib.metadata
 import importlib.util
 import json
+import os
 import shutil
 import statistics
 from dataclasses import asdict
@@ -40,7 +41,8 @@ DEFAULTS = {
     "infer": dict(batch=1, seq_len=256, decode_tokens=32, warmup=1),
 }
 PARAM_KEYS = ("layers", "dtype", "stack", "workloads", "profilers", "target_s", "warmup_s", "max_units", "residual",
-              "launcher", "timeout_s", "keep_profiles", "train", "infer", "shapes", "per_model")
+              "launcher", "timeout_s", "keep_profiles", "train", "infer", "shapes", "per_model",
+              "baseline_processes", "pin_cpus", "gc_freeze")
 STACKS = ("auto", "hf+peft", "hf+peft+liger", "unsloth")
 DTYPES = ("bf16", "f16", "f32")
 
@@ -96,12 +98,25 @@ class LlmProfile:
         if ctx.precision.kind != "dense":
             raise ConfigError(f"llm_profile runs dense models; precision={ctx.precision.name} is a low-bit "
                               f"weight format (use precision=bf16 or f16)")
-        s = {"layers": prm.get("layers"), "dtype": prm.get("dtype") or ctx.precision.act_dtype,
+        s = {"layers": ctx.model.layers if ctx.model.layers is not None else prm.get("layers"), "dtype": prm.get("dtype") or ctx.precision.act_dtype,
              "stack": prm.get("stack", "auto"), "target_s": float(prm.get("target_s", 0.5)),
              "warmup_s": float(prm.get("warmup_s", 0.0)),
              "max_units": _pos_int(prm.get("max_units", 64), "max_units"), "residual": bool(prm.get("residual", False)),
              "launcher": prm.get("launcher", "forkserver"), "timeout_s": float(prm.get("timeout_s", 300)),
-             "keep_profiles": list(prm.get("keep_profiles") or [])}
+             "keep_profiles": list(prm.get("keep_profiles") or []),
+             "baseline_processes": prm.get("baseline_processes", 0), "pin_cpus": prm.get("pin_cpus"), "cpus": None,
+             "gc_freeze": prm.get("gc_freeze", False)}
+        bp = s["baseline_processes"]
+        if isinstance(bp, bool) or not isinstance(bp, int) or bp < 0:
+            raise ConfigError(f"llm_profile: baseline_processes={bp!r} must be an integer >= 0")
+        if not isinstance(s["gc_freeze"], bool):
+            raise ConfigError(f"llm_profile: gc_freeze={s['gc_freeze']!r} must be true or false")
+        if s["pin_cpus"] is not None:
+            have = sorted(os.sched_getaffinity(0))
+            n = _pos_int(s["pin_cpus"], "pin_cpus")
+            if n > len(have):
+                raise ConfigError(f"llm_profile: pin_cpus={n}, but this process may use {len(have)} CPUs")
+            s["cpus"] = have[-n:]          # the last n (CPU 0 takes most device interrupts)
         if s["layers"] is not None:
             _pos_int(s["layers"], "layers")
         if s["dtype"] not in DTYPES:
@@ -196,6 +211,9 @@ class LlmProfile:
                     params = {**knobs, "target_s": s["target_s"], "warmup_s": s["warmup_s"], "residual": s["residual"],
                               "card": "tiny" if ctx.on_cpu else "full",
                               "profiler_options": json.dumps(prof["options"], sort_keys=True)}
+                    for k, off in (("baseline_processes", 0), ("pin_cpus", None), ("gc_freeze", False)):
+                        if s[k] != off:                   # in the point only when set (older rows keep their hash)
+                            params[k] = s[k]
                     pts.append(Point(exp.name, exp.figure, model=card.name, workload=w, phase=PHASE[w], batch=b,
                                      seq_len=t, model_layers=n_layers, weight_dtype=s["dtype"], act_dtype=s["dtype"],
                                      impl=impl, profiler=prof["name"], params=tuple(sorted(params.items())),
@@ -240,13 +258,32 @@ class LlmProfile:
         profs = {p["name"]: p for p in s["profilers"]}
         members = [p for p in self.points(ctx) if self.group_key(p) == key]
         members.sort(key=lambda p: p.profiler != "none")          # the control first: it chooses the region
+        # extra unprofiled processes (no rows of their own; their baselines join the sample), one after
+        # each profiler's process so that a drift over the group's minutes reaches both alike
+        extra = s["baseline_processes"]
+        order: list = []
+        for p in members:
+            order.append(p)
+            if p.profiler != "none" and extra > 0:
+                order.append(None)
+                extra -= 1
+        order += [None] * extra
+        extra_base: list[float] = []
         tag = f"{members[0].model}_{members[0].workload}_b{members[0].batch}_s{members[0].seq_len}"
         tmp = Path(ctx.artifacts or ".") / "tmp" / tag
         out: dict = {}
         results: dict[str, tuple[Point, dict]] = {}
         units = None
         shared = None                     # a failure before any profiler ran: it repeats in every process
-        for p in members:
+        for p in order:
+            if p is None:
+                if units is None or shared is not None:
+                    continue
+                spec = self._spec(members[0], {"kind": "none", "options": {}}, s, ctx, units, tmp)
+                res = run_isolated({**spec, "stem": "extra"}, launcher=s["launcher"], timeout_s=s["timeout_s"])
+                if res.get("status") == "ok":
+                    extra_base.append(res["baseline_s"])
+                continue
             prof = profs[p.profiler]
             why = self._reason(p, prof, s, ctx)
             if why is not None:
@@ -271,7 +308,7 @@ class LlmProfile:
                 if res.get("phase") in ("build", "check", "warmup", "baseline"):
                     shared = res
                 out[p.profiler] = _exception(res)
-        base = [r["baseline_s"] for _, r in results.values()]
+        base = [r["baseline_s"] for _, r in results.values()] + extra_base
         for name, (p, res) in results.items():
             out[name] = self._metrics(p, res, base, s, ctx)
             self._keep(name, res, s, ctx, tag)
@@ -288,6 +325,7 @@ class LlmProfile:
                     workload=p.workload, batch=p.batch, seq_len=p.seq_len, knobs=knobs, liger="+liger" in p.impl,
                     profiler={"kind": prof["kind"], "options": prof["options"]}, units=units,
                     target_s=s["target_s"], warmup_s=s["warmup_s"], max_units=s["max_units"], residual=s["residual"],
+                    cpus=s["cpus"], gc_freeze=s["gc_freeze"],
                     out_dir=str(tmp), stem=p.profiler, seed=ctx.seed)
 
     def _metrics(self, p: Point, r: dict, base: list[float], s: dict, ctx: Context) -> list[Metric]:
@@ -315,6 +353,7 @@ class LlmProfile:
               Metric("unit_s", med / r["units"], "s", p10 / r["units"], p90 / r["units"], k),
               Metric("ready_s", r["ready_s"], "s"),
               Metric("process_s", r["process_s"], "s")]
+        ms += _host_metrics("baseline", r.get("baseline")) + _host_metrics("region", r.get("region"))
         if p.profiler != "none":
             ms.append(Metric("start_s", r["start_s"], "s", impl_config=cfg))
             ms.append(Metric("finalize_s", r["finalize_s"], "s", impl_config=cfg))
@@ -352,6 +391,28 @@ class LlmProfile:
                     shutil.copyfileobj(f, g)
             else:
                 shutil.copyfile(src, dst)
+
+
+def _host_metrics(name: str, reg: dict | None) -> list[Metric]:
+    """What the host did during one timed region of this process (harness.engines.measure.time_region):
+    the spread of its units' times, the process's CPU time per wall second, page faults, involuntary
+    context switches, time in the garbage collector and its full collections, and the hypervisor's
+    steal time (all CPUs) per second."""
+    if not reg:
+        return []
+    wall, units = reg["s"], reg["unit_s"]
+    ms = []
+    if len(units) >= 2:
+        ms.append(Metric(f"{name}_unit_cv", statistics.stdev(units) / statistics.mean(units), "1", n_samples=len(units),
+                         impl_config="within one process: spread of the region's units"))
+    for key, metric, unit in (("cpu_s", "cpu_frac", "1"), ("sys_s", "sys_frac", "1"), ("minflt", "minflt_per_s", "1/s"),
+                              ("nivcsw", "nivcsw_per_s", "1/s"), ("steal_s", "steal_frac", "1"),
+                              ("gc_s", "gc_frac", "1")):
+        if reg.get(key) is not None and wall > 0:
+            ms.append(Metric(f"{name}_{metric}", reg[key] / wall, unit))
+    if reg.get("gc_full") is not None:
+        ms.append(Metric(f"{name}_gc_full", reg["gc_full"], "collections"))
+    return ms
 
 
 def _exception(res: dict) -> BaseException:

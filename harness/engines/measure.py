@@ -8,11 +8,16 @@ the PyTorch profiler was 33-58% slower), so every measurement runs in a fresh pr
   3. warms up (at least `warmup` units and `warmup_s` seconds) and, if the caller did not fix it, times one unit to choose the
      region length N = round(target_s / unit time) (the caller then passes N to every other
      process of the same point so that all regions are identical),
-  4. times the unprofiled region: N units between two device synchronisations (the baseline,
-     measured before any profiler touched the process),
+  4. times the unprofiled region: N units, a device synchronisation after each (the baseline,
+     measured before any profiler touched the process), with the host's counters over the region
+     (CPU time, page faults, context switches, hypervisor steal: `time_region`),
   5. starts the profiler (timed apart: start_s), times the same N units, stops the clock, then
      finalizes the profiler (stop + write/export; timed apart: finalize_s) and counts the bytes it wrote,
   6. optionally times N units once more, unprofiled (the slowdown a profiler leaves behind).
+
+Options that act on the host side only (the same for every profiler of a group): `cpus` pins the
+process to those CPUs from the start; `gc_freeze` moves every object alive before the baseline out of
+the garbage collector's reach (gc.freeze), so that full collections do not rescan the model's objects.
 
 `measure(spec) -> dict` does it in the current process; `run_isolated(spec)` runs it in a fresh
 process: a child of a fork server that has imported torch, transformers and peft but never
@@ -27,7 +32,9 @@ from __future__ import annotations
 import atexit
 import json
 import math
+import gc
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -62,6 +69,59 @@ def time_units(unit, n: int, device: str) -> float:
     return time.perf_counter() - t
 
 
+def _steal_s() -> float | None:
+    """CPU time the hypervisor took from this machine's CPUs so far (all CPUs, /proc/stat), or None."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+_GC = {"s": 0.0, "full": 0, "t": 0.0}
+
+
+def _gc_clock(phase: str, info: dict) -> None:
+    """gc.callbacks hook: the time this process spends in the garbage collector, and its full collections."""
+    if phase == "start":
+        _GC["t"] = time.perf_counter()
+    else:
+        _GC["s"] += time.perf_counter() - _GC["t"]
+        _GC["full"] += info.get("generation") == 2
+
+
+def _host() -> dict:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    if _gc_clock not in gc.callbacks:
+        gc.callbacks.append(_gc_clock)
+    return {"cpu_s": ru.ru_utime + ru.ru_stime, "sys_s": ru.ru_stime, "minflt": ru.ru_minflt,
+            "majflt": ru.ru_majflt, "nvcsw": ru.ru_nvcsw, "nivcsw": ru.ru_nivcsw, "steal_s": _steal_s(),
+            "gc_s": _GC["s"], "gc_full": _GC["full"]}
+
+
+def time_region(unit, n: int, device: str) -> dict:
+    """Time n units (a device synchronisation after each, so each unit has its own time) and what the
+    host did meanwhile: `s` (the region, wall clock), `unit_s` (each unit), and the host counters'
+    deltas: process CPU time (`cpu_s`, `sys_s`), page faults (`minflt`, `majflt`), voluntary and
+    involuntary context switches (`nvcsw`, `nivcsw`), time in the garbage collector (`gc_s`) and its
+    full collections (`gc_full`), and time stolen by the hypervisor from all CPUs (`steal_s`). The counters say whether a slow region was the host's doing."""
+    _sync(device)
+    h0, t0 = _host(), time.perf_counter()
+    units, t = [], t0
+    for _ in range(n):
+        unit()
+        _sync(device)
+        now = time.perf_counter()
+        units.append(now - t)
+        t = now
+    h1 = _host()
+    out = {"s": t - t0, "unit_s": units}
+    for k, v in h1.items():
+        out[k] = None if v is None or h0[k] is None else v - h0[k]
+    return out
+
+
 def measure(spec: dict) -> dict:
     """Run the whole procedure of the module docstring in this process; raises on failure."""
     import torch
@@ -75,6 +135,9 @@ def measure(spec: dict) -> dict:
     dev = spec["device"]
     res: dict = {"phase": "build"}
     _state["res"] = res
+    if spec.get("cpus"):                          # pin this process (and the CUDA driver's threads) to these CPUs
+        os.sched_setaffinity(0, [int(c) for c in spec["cpus"]])
+        res["cpus"] = sorted(os.sched_getaffinity(0))
     card = ModelCard(**{**spec["card"], "papers": tuple(spec["card"].get("papers", ()))})
     if spec.get("tiny"):
         card = tiny_card(card)
@@ -111,9 +174,13 @@ def measure(spec: dict) -> dict:
         n = max(1, min(int(spec.get("max_units", 64)), round(float(spec["target_s"]) / max(one, 1e-9))))
         res["calibration_unit_s"] = one
     res["units"] = n
+    if spec.get("gc_freeze"):                     # objects alive now are never scanned again by the collector
+        gc.collect()
+        gc.freeze()
     res["ready_s"] = time.perf_counter() - t_enter
     res["phase"] = "baseline"
-    res["baseline_s"] = time_units(wl.unit, n, dev)
+    res["baseline"] = time_region(wl.unit, n, dev)
+    res["baseline_s"] = res["baseline"]["s"]
 
     prof_spec = spec.get("profiler") or {"kind": "none"}
     out_dir = Path(spec.get("out_dir") or ".")
@@ -124,7 +191,8 @@ def measure(spec: dict) -> dict:
     t = time.perf_counter()
     prof.start()                                  # outside the region, as the paper's runners start it
     res["start_s"] = time.perf_counter() - t
-    res["region_s"] = time_units(wl.unit, n, dev)
+    res["region"] = time_region(wl.unit, n, dev)
+    res["region_s"] = res["region"]["s"]
     res["region_end_wall"] = time.time()
     res["phase"] = "finalize"
     t = time.perf_counter()
@@ -137,7 +205,7 @@ def measure(spec: dict) -> dict:
         res["activities"] = prof.ran_activities
     if spec.get("residual"):
         res["phase"] = "residual"
-        res["residual_s"] = time_units(wl.unit, n, dev)
+        res["residual_s"] = time_region(wl.unit, n, dev)["s"]
     if dev == "cuda":
         from ..timing import sm_clock_mhz
         res["peak_mem_gb"] = torch.cuda.max_memory_allocated() / 2**30
