@@ -67,7 +67,8 @@ void check_lowbit(int err, const std::string &recipe, const char *what) {
 int64_t lowbit_gemv(const std::string &recipe, int64_t mt, bool xsplit, bool prof, at::Tensor wq, at::Tensor sc,
                     at::Tensor stab, at::Tensor x, at::Tensor y, at::Tensor y32, at::Tensor counters, int64_t M,
                     int64_t K, int64_t N, int64_t Npad, int64_t iters, int64_t nblocks, int64_t ngroups,
-                    int64_t slots, at::Tensor prof_buf, int64_t capacity, int64_t sms, int64_t grid) {
+                    int64_t slots, at::Tensor prof_buf, int64_t capacity, int64_t sms, int64_t grid,
+                    int64_t variant) {
   check_cuda_contig(wq, "wq");
   check_cuda_contig(sc, "scales");
   check_cuda_contig(stab, "stage table");
@@ -97,6 +98,7 @@ int64_t lowbit_gemv(const std::string &recipe, int64_t mt, bool xsplit, bool pro
   TORCH_CHECK(!prof || prof_buf.numel() > 0, "an instrumented launch needs a profile buffer");
   p.prof = prof ? prof_ptr(prof_buf) : nullptr;
   p.prof_cap = (uint32_t)capacity;
+  p.variant = (int)variant;
   int used = 0;
   check_lowbit(native_lowbit_gemv(recipe.c_str(), (int)mt, out_bf16, xsplit, prof, &p, (int)sms, cur_stream(),
                                   (int)grid, &used),
@@ -105,9 +107,11 @@ int64_t lowbit_gemv(const std::string &recipe, int64_t mt, bool xsplit, bool pro
 }
 
 int64_t lowbit_gemv_grid(const std::string &recipe, int64_t mt, bool xsplit, bool prof, bool out_bf16, int64_t MX,
-                         int64_t slots, int64_t iters, int64_t nblocks, int64_t sms, int64_t grid) {
+                         int64_t slots, int64_t iters, int64_t nblocks, int64_t sms, int64_t grid,
+                         int64_t variant) {
   lowbit::GemvParams p{};
   p.MX = (int)MX, p.slots = (int)slots, p.iters = (int)iters, p.nblocks = (int)nblocks;
+  p.variant = (int)variant;
   const int g = native_lowbit_gemv_grid(recipe.c_str(), (int)mt, out_bf16, xsplit, prof, &p, (int)sms, (int)grid);
   TORCH_CHECK(g > 0, "lowbit_gemv_grid: no instantiation for recipe ", recipe, " with these options");
   return g;

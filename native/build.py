@@ -128,6 +128,53 @@ def build(verbose: bool = False):
     return _MODULE
 
 
+_TUNE_MODULE = None
+SUITE_SOURCES = [ROOT / "kernels" / f for f in ("matmul.cu", "softmax.cu", "layer_norm.cu", "calibrate.cu")]
+
+
+def tune_sources(out_dir: Path) -> list:
+    """The sources of the small tuning extension: bindings, the suite kernels (bindings.cpp binds them), the
+    dispatcher restricted to the TUNED recipes and one generated translation unit per TUNED recipe (all its
+    decode variants and its dequantize kernel), so that the build runs in parallel."""
+    from native import lowbit_layout as LL
+    out_dir.mkdir(parents=True, exist_ok=True)
+    srcs = [ROOT / "bindings.cpp", *SUITE_SOURCES, ROOT / "kernels" / "lowbit_dispatch.cu"]
+    for name in LL.TUNED:
+        f = out_dir / f"tune_{name}.cu"
+        text = f'#include "lowbit_launch.cuh"\nLOWBIT_DEFINE(rec_{name})\n'
+        if not f.exists() or f.read_text() != text:   # unchanged text keeps ninja's cache
+            f.write_text(text)
+        srcs.append(f)
+    return srcs
+
+
+TUNE_FLAGS = ["-DLOWBIT_DISPATCH_LIST=LOWBIT_RECIPES_TUNED"]
+
+
+def build_tune(verbose: bool = False):
+    """The extension native/tune.py uses: the same bindings, only the TUNED recipes (lowbit_layout.TUNED) with
+    every decode variant; ~1/7 of the full build (build/native_tune, NATIVE_TUNE_BUILD_DIR)."""
+    global _TUNE_MODULE
+    if _TUNE_MODULE is not None:
+        return _TUNE_MODULE
+    import torch
+    if not torch.cuda.is_available():
+        raise Unavailable("no CUDA GPU visible to torch")
+    if find_nvcc() is None:
+        raise Unavailable("nvcc not found (set CUDA_HOME or put nvcc on PATH)")
+    from torch.utils.cpp_extension import load
+    build_dir = Path(os.environ.get("NATIVE_TUNE_BUILD_DIR", ROOT.parent / "build" / "native_tune"))
+    srcs = tune_sources(build_dir / "src")
+    try:
+        _TUNE_MODULE = load(name="native_tune_ext", sources=[str(s) for s in srcs],
+                            extra_include_paths=[str(INCLUDE)],
+                            extra_cuda_cflags=[*NVCC_FLAGS, *TUNE_FLAGS, GENCODE], extra_cflags=["-O3"],
+                            build_directory=str(build_dir), verbose=verbose)
+    except Exception as e:  # noqa: BLE001
+        raise Unavailable(f"building the native tuning extension failed: {e}") from e
+    return _TUNE_MODULE
+
+
 if __name__ == "__main__":  # python -m native.build [--check]: compile everything here (no GPU needed)
     if "--check" in sys.argv:
         res = compile_check()

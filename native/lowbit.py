@@ -122,11 +122,27 @@ def _mt(pw: PackedWeight, M: int) -> int:
     return 1 if M <= 8 else 2
 
 
+DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2}   # native/include/lowbit_kernel.cuh (GemvParams::variant)
+TUNED_RECIPES = LL.TUNED                                  # f16 recipes built with variants lean / lean3 too
+DEFAULT_VARIANT = "base"
+
+
+def variant_for(pw: "PackedWeight", variant: str) -> int:
+    """The variant number for this weight: variants other than base exist only for the TUNED recipes
+    (f16, no x split); anything else falls back to base."""
+    v = DECODE_VARIANTS[variant]
+    return v if (pw.rec.name in TUNED_RECIPES and not pw.xsplit) else 0
+
+
 class LowbitMatmul:
     """fn(x) -> y for one packed weight (what `prepare` returns)."""
 
-    def __init__(self, pw: PackedWeight, mod, grid: Optional[int] = None):
+    def __init__(self, pw: PackedWeight, mod, grid: Optional[int] = None, variant: str = DEFAULT_VARIANT):
+        if variant not in DECODE_VARIANTS:
+            raise ValueError(f"decode variant {variant!r}: one of {sorted(DECODE_VARIANTS)}")
         self.pw, self.mod, self.grid = pw, mod, grid
+        self.variant = variant
+        self._v = variant_for(pw, variant)
         self.dev = pw.words.device
         self.sms = torch.cuda.get_device_properties(self.dev).multi_processor_count
         self._empty = torch.empty(0, dtype=torch.int32, device=self.dev)
@@ -150,7 +166,7 @@ class LowbitMatmul:
             used = self.mod.lowbit_gemv(pw.rec.name, _mt(pw, M), pw.xsplit, prof is not None, pw.words, pw.scales,
                                         pw.stab, xin, y, y32, cnt, M, L.K, L.N, L.Npad, L.iters, L.nblocks,
                                         L.ngroups, pw.slots, self._empty if prof is None else prof, cap, self.sms,
-                                        grid or self.grid or 0)
+                                        grid or self.grid or 0, 0 if prof is not None else self._v)
         except Exception:
             _reset_workspace(self.dev)     # a failed launch may have left partial sums behind
             raise
@@ -162,7 +178,8 @@ class LowbitMatmul:
         pw, L = self.pw, self.pw.L
         MX = 2 * M if pw.xsplit else M
         return self.mod.lowbit_gemv_grid(pw.rec.name, _mt(pw, M), pw.xsplit, prof, pw.act == torch.bfloat16, MX,
-                                         pw.slots, L.iters, L.nblocks, self.sms, self.grid or 0)
+                                         pw.slots, L.iters, L.nblocks, self.sms, self.grid or 0,
+                                         0 if prof else self._v)
 
     def profiled(self, x: torch.Tensor, buffer_records: int, buffer: Optional[torch.Tensor] = None,
                  clear: bool = True):
@@ -239,14 +256,16 @@ class LowbitMatmul:
         pw, L = self.pw, self.pw.L
         if self.decode_ok(M):
             grid = self._grids.get(M) or self.grid_for(M)
-            return (f"native decode {pw.rec.name}{' xsplit' if pw.xsplit else ''} mt{_mt(pw, M)} kstep{L.kstep} "
+            vname = f" {self.variant}" if self._v else ""
+            return (f"native decode{vname} {pw.rec.name}{' xsplit' if pw.xsplit else ''} mt{_mt(pw, M)} kstep{L.kstep} "
                     f"grid{grid} ({L.nblocks}x{L.iters} stages, stream-K) | dequant {pw.rec.cost()['per_weight']:.2f}"
                     f" instr/weight")
         why = "" if M > DECODE_MAX_M else f" (group size {pw.qw.group_size}: {LL.group_ok(L.K, pw.qw.group_size)})"
         return f"native dequantize+cublas {pw.rec.name} {PREFILL_CHUNKS} chunks{why}"
 
 
-def prepare(qw, act_dtype, M: int = 1, seconds=None, grid: Optional[int] = None, **hints) -> LowbitMatmul:
+def prepare(qw, act_dtype, M: int = 1, seconds=None, grid: Optional[int] = None, variant: str = DEFAULT_VARIANT,
+            mod=None, **hints) -> LowbitMatmul:
     """Pack the weight and build the extension; returns fn(x) -> y (raises Unavailable without a
     Hopper GPU / nvcc, Unsupported for what `supports` rejects)."""
     from kernels.baselines._common import act_dtype_of
@@ -260,5 +279,5 @@ def prepare(qw, act_dtype, M: int = 1, seconds=None, grid: Optional[int] = None,
     if not torch.cuda.is_available() or qw.packed.device.type != "cuda":
         raise Unavailable("the native low-bit kernels need a CUDA GPU (their layout, recipes and schedule are "
                           "checked on the CPU by tests/test_native_lowbit.py)")
-    mod = build()
-    return LowbitMatmul(pack(qw), mod, grid)
+    mod = mod if mod is not None else build()
+    return LowbitMatmul(pack(qw), mod, grid, variant)

@@ -577,6 +577,7 @@ def render_recipe(rec: Recipe) -> str:
              f"  static constexpr bool BF16 = {'true' if rec.target == 'bf16' else 'false'};",
              f"  static constexpr bool XSPLIT = {'true' if xs else 'false'};   // also serves f16 activations (x split)",
              f"  static constexpr bool PROF = {'true' if rec.name in PROFILED else 'false'};   // instrumented variant built",
+             f"  static constexpr bool TUNE = {'true' if rec.name in TUNED else 'false'};   // decode variants 1, 2 built",
              f"  static constexpr uint32_t MAGIC = 0x{TARGETS[rec.target].magic * 0x10001:08x}u;  "
              "// pass to deq() through a register",
              "  __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {"]
@@ -596,6 +597,8 @@ def render_recipe(rec: Recipe) -> str:
 
 
 PROFILED = ("f16_u4",)   # recipes built with the in-kernel instrumentation too (proton_fig15)
+# recipes built with the decode-kernel variants 1 and 2 too (lowbit_kernel.cuh; timed by native/tune.py)
+TUNED = ("f16_u1", "f16_u2", "f16_u4", "f16_u8", "f16_i4", "f16_f6e3m2")
 PARTS = 8                # translation units the instantiations are spread over (parallel build)
 
 
@@ -612,7 +615,8 @@ def render_header() -> str:
             "namespace lowbit {",
             ""]
     body = [render_recipe(r) + "\n" for r in recs]
-    lists = ["#define LOWBIT_RECIPES(X) " + " ".join(f"X(rec_{r.name})" for r in recs)]
+    lists = ["#define LOWBIT_RECIPES(X) " + " ".join(f"X(rec_{r.name})" for r in recs),
+             "#define LOWBIT_RECIPES_TUNED(X) " + " ".join(f"X(rec_{r.name})" for r in recs if r.name in TUNED)]
     for part in range(PARTS):
         lists.append(f"#define LOWBIT_RECIPES_PART{part}(X) " +
                      " ".join(f"X(rec_{r.name})" for i, r in enumerate(recs) if i % PARTS == part))

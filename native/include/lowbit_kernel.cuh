@@ -28,20 +28,36 @@ enum { S_WAIT = 0, S_COMPUTE = 1, S_OUTPUT = 2 };
 
 __host__ __device__ constexpr int scale_bytes(bool zero) { return zero ? 128 : 64; }
 
+// Decode-kernel variants (GemvParams::variant; native/tune.py times them side by side):
+//   0 "base": the kernel measured on the H200 (1 Dec 2026): x staged with MX rows, B-fragment loads
+//     guarded per row, the loader's addresses recomputed per stage.
+//   1 "lean": the same pipeline and layout with the per-stage overhead cut: x staged with all MT*8
+//     rows (rows >= MX zero-filled by cp.async, no global reads) so that B fragments are unconditional
+//     loads at immediate offsets; every per-thread copy address (weights, scales, x) computed once and
+//     advanced by constants; the shared-memory base and loader state pinned in registers.
+//   2 "lean3": variant 1 at 3 blocks (24 warps) per SM: one stage fewer in the ring, <= 80 registers.
+constexpr int NVARIANTS = 3;
+__host__ __device__ constexpr int variant_blocks(int v) { return v == 2 ? 3 : 2; }
+__host__ __device__ constexpr int variant_stages(int bits, int v) { return stages_for(bits) - (v == 2 ? 1 : 0); }
+// x rows a stage holds: MX (variant 0) or all rows of the MT tiles
+__host__ __device__ constexpr int staged_rows(int MX, int MT, int v) { return v == 0 ? MX : MT * 8; }
+
 __host__ inline int gemv_stage_bytes(int bits, bool zero, int MX, int slots) {
   const int ks = kstep_for(bits);
   return WARPS * 32 * (ks / KG) * bits * 4 + WARPS * slots * scale_bytes(zero) + MX * xrow_bytes(ks);
 }
 
-__host__ inline int gemv_smem_bytes(int bits, bool zero, int MX, int slots, int iters) {
-  return ((iters * 4 + 15) / 16) * 16 + stages_for(bits) * gemv_stage_bytes(bits, zero, MX, slots);
+// MX: staged x rows (staged_rows)
+__host__ inline int gemv_smem_bytes(int bits, bool zero, int MX, int slots, int iters, int variant = 0) {
+  return ((iters * 4 + 15) / 16) * 16 + variant_stages(bits, variant) * gemv_stage_bytes(bits, zero, MX, slots);
 }
 
 // R: recipe; MT: m16n8 tiles (8 rows each); OB: output / scale dtype is bf16; XS: x split (rows m and
-// m + M of x are the bf16 hi / lo parts of f16 activation row m); PROF: in-kernel instrumentation
-template <class R, int MT, bool OB, bool XS, bool PROF>
-__global__ void __launch_bounds__(THREADS, 2) lowbit_gemv_kernel(const __grid_constant__ GemvParams p) {
-  constexpr int BITS = R::BITS, KSTEP = R::KSTEP, CHUNKS = KSTEP / KG, S = stages_for(BITS);
+// m + M of x are the bf16 hi / lo parts of f16 activation row m); PROF: in-kernel instrumentation;
+// V: variant (above)
+template <class R, int MT, bool OB, bool XS, bool PROF, int V = 0>
+__global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel(const __grid_constant__ GemvParams p) {
+  constexpr int BITS = R::BITS, KSTEP = R::KSTEP, CHUNKS = KSTEP / KG, S = variant_stages(BITS, V);
   constexpr int VEC = CHUNKS * BITS / 4;            // 16-byte vectors of words per lane per stage
   constexpr int XROW = xrow_bytes(KSTEP), XCH = KSTEP / 8;  // x: bytes per staged row, 16-byte chunks per row
   constexpr int XPT = (MT * 8 * XCH + THREADS - 1) / THREADS;  // x chunks a thread may copy
@@ -57,7 +73,7 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_gemv_kernel(const __grid_co
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int wbytes = WARPS * 32 * VEC * 16;
   const int sbytes = WARPS * p.slots * SB;
-  const int stage_bytes = wbytes + sbytes + p.MX * XROW;
+  const int stage_bytes = wbytes + sbytes + staged_rows(p.MX, MT, V) * XROW;
   const int ring_bytes = S * stage_bytes;
   const int tab_bytes = ((p.iters * 4 + 15) / 16) * 16;
   uint32_t *tab_sm = reinterpret_cast<uint32_t *>(smem);
@@ -84,7 +100,52 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_gemv_kernel(const __grid_co
   const uint16_t *xbase = reinterpret_cast<const uint16_t *>(p.x);
   int lk = lit * KSTEP;  // first k of the next stage
   uint32_t lso = 0;      // ring offset of the next stage
-  auto issue = [&]() {
+  // variant >= 1: per-thread copy addresses computed once (x chunks of this thread: row, 16-byte column)
+  constexpr int XPTV = (MT * 8 * XCH + THREADS - 1) / THREADS;
+  const uint16_t *xsrc[XPTV];
+  uint32_t xdst[XPTV];
+  int xcol[XPTV];
+  bool xrow[XPTV], xhas[XPTV];
+  const uint32_t wdst = warp * (32 * VEC * 16) + lane * 16;   // ring-relative weight destination of this lane
+  const uint32_t sdst = wbytes + warp * p.slots * SB + lane * 16;
+  if constexpr (V != 0) {
+#pragma unroll
+    for (int j = 0; j < XPTV; ++j) {
+      const int q = tid + j * THREADS, m = q / XCH, c = q % XCH;
+      xhas[j] = m < MT * 8;
+      xrow[j] = m < p.MX;
+      xcol[j] = c * 8;
+      xsrc[j] = xbase + (size_t)(xrow[j] ? m : 0) * p.K + c * 8;
+      xdst[j] = wbytes + sbytes + m * XROW + c * 16;
+    }
+  }
+  auto issue_lean = [&]() {
+    const uint32_t base = st0 + lso;
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) cp_async16(base + wdst + v * 512, lw + v * 32, 16);
+    const uint32_t tab = tab_sm[lit];
+    const int nsc = ((tab >> 16) & 0xF) * (SB / 16);
+    const uint4 *ss = ls + (tab & 0xFFFF) * (SB / 16) + lane;
+#pragma unroll
+    for (int j = 0; j < SCP; ++j)
+      if (lane + 32 * j < nsc) cp_async16(base + sdst + j * 512, ss + 32 * j, 16);
+#pragma unroll
+    for (int j = 0; j < XPTV; ++j) {
+      if (xhas[j]) {
+        const bool in = xrow[j] && lk + xcol[j] < p.K;  // K % 8 == 0: a chunk is all inside or all outside
+        cp_async16(base + xdst[j], in ? xsrc[j] + lk : xbase, in ? 16u : 0u);
+      }
+    }
+    lw += WSTRIDE;
+    lk += KSTEP;
+    lso = (lso + stage_bytes == (uint32_t)ring_bytes) ? 0u : lso + stage_bytes;
+    if (++lit == p.iters) {
+      lit = 0;
+      lk = 0;
+      ls += s_nb;
+    }
+  };
+  auto issue_base = [&]() {
     const uint32_t wd = st0 + lso + warp * (32 * VEC * 16) + lane * 16;
 #pragma unroll
     for (int v = 0; v < VEC; ++v) cp_async16(wd + v * 512, lw + v * 32, 16);
@@ -112,6 +173,10 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_gemv_kernel(const __grid_co
       lk = 0;
       ls += s_nb;
     }
+  };
+  auto issue = [&]() {
+    if constexpr (V != 0) issue_lean();
+    else issue_base();
   };
 
 #pragma unroll
@@ -186,6 +251,12 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_gemv_kernel(const __grid_co
     prof.enter(S_COMPUTE);  // issue the copies of stage f + S - 1, then dequantize + mma stage f
     pin(lw);
     pin(ls);
+    if constexpr (V != 0) {
+      uint32_t st0p = st0;  // keep the shared-memory base (and the loader state) in registers
+      pin(st0p);
+      pin(lso);
+      pin(lk);
+    }
     if (f + S - 1 < f_end) issue();
     cp_async_commit();
 
@@ -199,9 +270,11 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_gemv_kernel(const __grid_co
     const uint8_t *xsm = st + wbytes + sbytes;
     uint32_t w[4 * VEC];
     const uint4 *wsm = reinterpret_cast<const uint4 *>(st + warp * (32 * VEC * 16));
+    const uint8_t *wlane = st + wdst;                            // this lane's weights (variant >= 1)
+    const uint8_t *xlane = st + wbytes + sbytes + g * XROW + t * 16;  // this lane's B fragments (variant >= 1)
 #pragma unroll
     for (int v = 0; v < VEC; ++v) {
-      const uint4 q = wsm[v * 32 + lane];
+      const uint4 q = V != 0 ? *reinterpret_cast<const uint4 *>(wlane + v * 512) : wsm[v * 32 + lane];
       w[4 * v] = q.x, w[4 * v + 1] = q.y, w[4 * v + 2] = q.z, w[4 * v + 3] = q.w;
     }
     int sidx = 0;
@@ -211,7 +284,10 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_gemv_kernel(const __grid_co
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const int row = mt * 8 + g;
-        if (row < p.MX) {
+        if constexpr (V != 0) {  // every staged row exists (zero beyond MX)
+          const uint4 q = *reinterpret_cast<const uint4 *>(xlane + mt * 8 * XROW + kg * 64);
+          bx[mt][0] = q.x, bx[mt][1] = q.y, bx[mt][2] = q.z, bx[mt][3] = q.w;
+        } else if (row < p.MX) {
           const uint4 q = *reinterpret_cast<const uint4 *>(xsm + row * XROW + kg * 64 + t * 16);
           bx[mt][0] = q.x, bx[mt][1] = q.y, bx[mt][2] = q.z, bx[mt][3] = q.w;
         } else {

@@ -3,6 +3,7 @@
 //   f16 recipes:  gemv MT = 1 (M <= 8), 2 (M <= 16), f16 out; instrumented MT = 1, 2 where R::PROF
 //   bf16 recipes: gemv MT = 2, bf16 out; XSPLIT recipes also f16 out with x split, MT = 2 (M <= 8), 4 (M <= 16)
 //   dequantize:   output in the recipe's dtype; XSPLIT recipes also f16
+//   variants 1, 2 (GemvParams::variant): f16 recipes with R::TUNE, MT = 1, 2, f16 out, not instrumented
 #pragma once
 #include <cuda_runtime.h>
 #include "lowbit_kernel.cuh"
@@ -11,10 +12,10 @@
 namespace lowbit {
 
 // grid > 0: that many blocks (at most the work items); 0: sms x occupancy.  dry: only report the grid.
-template <class R, int MT, bool OB, bool XS, bool PROF>
+template <class R, int MT, bool OB, bool XS, bool PROF, int V = 0>
 int launch_gemv(const GemvParams &p, int sms, cudaStream_t s, int grid, int *grid_used, bool dry) {
-  auto k = lowbit_gemv_kernel<R, MT, OB, XS, PROF>;
-  const int smem = gemv_smem_bytes(R::BITS, R::ZERO, p.MX, p.slots, p.iters);
+  auto k = lowbit_gemv_kernel<R, MT, OB, XS, PROF, V>;
+  const int smem = gemv_smem_bytes(R::BITS, R::ZERO, staged_rows(p.MX, MT, V), p.slots, p.iters, V);
   static int attr_smem = 0, occ_smem = -1, occ = 0;  // per instantiation (one device per process)
   if (smem > attr_smem) {
     const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -41,6 +42,17 @@ int launch_gemv(const GemvParams &p, int sms, cudaStream_t s, int grid, int *gri
 template <class R>
 int gemv_dispatch(int mt, bool ob, bool xs, bool prof, const GemvParams &p, int sms, cudaStream_t s, int grid,
                   int *used, bool dry) {
+  if (p.variant != 0) {
+    if constexpr (!R::BF16 && R::TUNE) {
+      if (!xs && !ob && !prof) {
+        if (p.variant == 1 && mt == 1) return launch_gemv<R, 1, false, false, false, 1>(p, sms, s, grid, used, dry);
+        if (p.variant == 1 && mt == 2) return launch_gemv<R, 2, false, false, false, 1>(p, sms, s, grid, used, dry);
+        if (p.variant == 2 && mt == 1) return launch_gemv<R, 1, false, false, false, 2>(p, sms, s, grid, used, dry);
+        if (p.variant == 2 && mt == 2) return launch_gemv<R, 2, false, false, false, 2>(p, sms, s, grid, used, dry);
+      }
+    }
+    return -1;
+  }
   if constexpr (R::BF16) {
     if (!xs && ob && !prof && mt == 2) return launch_gemv<R, 2, true, false, false>(p, sms, s, grid, used, dry);
     if constexpr (R::XSPLIT) {

@@ -17,6 +17,7 @@ struct GemvParams {
   uint32_t *prof;          // instrumentation buffer (instrumented instantiations only)
   uint32_t prof_cap;
   uint32_t magic;          // the recipe's MAGIC (set by the launcher)
+  int variant;             // decode-kernel variant (lowbit_kernel.cuh: 0 base, 1 lean, 2 lean3); read by the host
 };
 
 struct DequantParams {

@@ -17,6 +17,7 @@ struct rec_f16_u1 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = true;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00010001u) | magic, 0x3c003c00u, 0xe400e400u);
@@ -47,6 +48,7 @@ struct rec_f16_u2 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = true;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00030003u) | magic, 0x3c003c00u, 0xe400e400u);
@@ -77,6 +79,7 @@ struct rec_f16_u3 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00070007u) | magic, 0x3c003c00u, 0xe400e400u);
@@ -107,6 +110,7 @@ struct rec_f16_u4 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = true;   // instrumented variant built
+  static constexpr bool TUNE = true;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x000f000fu) | magic, 0x3c003c00u, 0xe400e400u);
@@ -137,6 +141,7 @@ struct rec_f16_u5 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x001f001fu) | magic, 0x3c003c00u, 0xe400e400u);
@@ -167,6 +172,7 @@ struct rec_f16_u6 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x003f003fu) | magic, 0x3c003c00u, 0xe400e400u);
@@ -197,6 +203,7 @@ struct rec_f16_u7 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x007f007fu) | magic, 0x3c003c00u, 0xe400e400u);
@@ -227,6 +234,7 @@ struct rec_f16_u8 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = true;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
@@ -257,6 +265,7 @@ struct rec_f16_i2 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00030003u) | magic, 0x3c003c00u, 0xe402e402u);
@@ -287,6 +296,7 @@ struct rec_f16_i3 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00070007u) | magic, 0x3c003c00u, 0xe404e404u);
@@ -317,6 +327,7 @@ struct rec_f16_i4 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = true;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x000f000fu) | magic, 0x3c003c00u, 0xe408e408u);
@@ -347,6 +358,7 @@ struct rec_f16_i5 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x001f001fu) | magic, 0x3c003c00u, 0xe410e410u);
@@ -377,6 +389,7 @@ struct rec_f16_i6 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x003f003fu) | magic, 0x3c003c00u, 0xe420e420u);
@@ -407,6 +420,7 @@ struct rec_f16_i7 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x007f007fu) | magic, 0x3c003c00u, 0xe440e440u);
@@ -437,6 +451,7 @@ struct rec_f16_i8 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe480e480u);
@@ -467,6 +482,7 @@ struct rec_f16_f3e1m1 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00070007u) | magic, 0x3c003c00u, 0xe404e404u);
@@ -497,6 +513,7 @@ struct rec_f16_f3e2m0 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8c008c00u), 0x74007400u, 0x00000000u);
@@ -527,6 +544,7 @@ struct rec_f16_f4e1m2 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x000f000fu) | magic, 0x38003800u, 0xe008e008u);
@@ -557,6 +575,7 @@ struct rec_f16_f4e2m1 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8e008e00u), 0x74007400u, 0x00000000u);
@@ -587,6 +606,7 @@ struct rec_f16_f4e3m0 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x9c009c00u), 0x6c006c00u, 0x00000000u);
@@ -617,6 +637,7 @@ struct rec_f16_f5e1m3 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x001f001fu) | magic, 0x34003400u, 0xdc10dc10u);
@@ -647,6 +668,7 @@ struct rec_f16_f5e2m2 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8f008f00u), 0x74007400u, 0x00000000u);
@@ -677,6 +699,7 @@ struct rec_f16_f5e3m1 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x9e009e00u), 0x6c006c00u, 0x00000000u);
@@ -707,6 +730,7 @@ struct rec_f16_f5e4m0 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0xbc00bc00u), 0x5c005c00u, 0x00000000u);
@@ -737,6 +761,7 @@ struct rec_f16_f6e1m4 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x003f003fu) | magic, 0x30003000u, 0xd820d820u);
@@ -767,6 +792,7 @@ struct rec_f16_f6e2m3 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8f808f80u), 0x74007400u, 0x00000000u);
@@ -797,6 +823,7 @@ struct rec_f16_f6e3m2 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = true;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x9f009f00u), 0x6c006c00u, 0x00000000u);
@@ -827,6 +854,7 @@ struct rec_f16_f6e4m1 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0xbe00be00u), 0x5c005c00u, 0x00000000u);
@@ -857,6 +885,7 @@ struct rec_bf16_f6e5m0 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = true;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x8f808f80u), 0x77807780u, 0x00000000u);
@@ -887,6 +916,7 @@ struct rec_f16_f7e1m5 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x007f007fu) | magic, 0x2c002c00u, 0xd440d440u);
@@ -917,6 +947,7 @@ struct rec_f16_f7e2m4 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8fc08fc0u), 0x74007400u, 0x00000000u);
@@ -947,6 +978,7 @@ struct rec_f16_f7e3m3 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x9f809f80u), 0x6c006c00u, 0x00000000u);
@@ -977,6 +1009,7 @@ struct rec_f16_f7e4m2 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0xbf00bf00u), 0x5c005c00u, 0x00000000u);
@@ -1007,6 +1040,7 @@ struct rec_bf16_f7e5m1 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = true;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x8fc08fc0u), 0x77807780u, 0x00000000u);
@@ -1037,6 +1071,7 @@ struct rec_bf16_f7e6m0 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = true;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x9f809f80u), 0x6f806f80u, 0x00000000u);
@@ -1067,6 +1102,7 @@ struct rec_f16_f8e1m6 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00ff00ffu) | magic, 0x28002800u, 0xd080d080u);
@@ -1097,6 +1133,7 @@ struct rec_f16_f8e2m5 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8fe08fe0u), 0x74007400u, 0x00000000u);
@@ -1127,6 +1164,7 @@ struct rec_f16_f8e3m4 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x9fc09fc0u), 0x6c006c00u, 0x00000000u);
@@ -1157,6 +1195,7 @@ struct rec_f16_f8e4m3 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0xbf80bf80u), 0x5c005c00u, 0x00000000u);
@@ -1187,6 +1226,7 @@ struct rec_bf16_f8e5m2 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = true;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x8fe08fe0u), 0x77807780u, 0x00000000u);
@@ -1217,6 +1257,7 @@ struct rec_bf16_f8e6m1 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = true;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x9fc09fc0u), 0x6f806f80u, 0x00000000u);
@@ -1247,6 +1288,7 @@ struct rec_bf16_f8e7m0 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = true;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0xbf80bf80u), 0x5f805f80u, 0x00000000u);
@@ -1277,6 +1319,7 @@ struct rec_bf16_u1 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x00010001u) | magic, 0x3f803f80u, 0xc300c300u);
@@ -1307,6 +1350,7 @@ struct rec_bf16_u2 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x00030003u) | magic, 0x3f803f80u, 0xc300c300u);
@@ -1337,6 +1381,7 @@ struct rec_bf16_u3 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x00070007u) | magic, 0x3f803f80u, 0xc300c300u);
@@ -1367,6 +1412,7 @@ struct rec_bf16_u4 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3f803f80u, 0xc300c300u);
@@ -1397,6 +1443,7 @@ struct rec_bf16_u5 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x001f001fu) | magic, 0x3f803f80u, 0xc300c300u);
@@ -1427,6 +1474,7 @@ struct rec_bf16_u6 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x003f003fu) | magic, 0x3f803f80u, 0xc300c300u);
@@ -1457,6 +1505,7 @@ struct rec_bf16_u7 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
@@ -1487,6 +1536,7 @@ struct rec_bf16_u8 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16(hfma2_bf16((w[1] & 0x000f000fu) | magic, 0x41804180u, 0xc500c500u), 0x3f803f80u, hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3f803f80u, 0xc300c300u));
@@ -1517,6 +1567,7 @@ struct rec_bf16_i2 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x00030003u) | magic, 0x3f803f80u, 0xc302c302u);
@@ -1547,6 +1598,7 @@ struct rec_bf16_i3 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x00070007u) | magic, 0x3f803f80u, 0xc304c304u);
@@ -1577,6 +1629,7 @@ struct rec_bf16_i4 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3f803f80u, 0xc308c308u);
@@ -1607,6 +1660,7 @@ struct rec_bf16_i5 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x001f001fu) | magic, 0x3f803f80u, 0xc310c310u);
@@ -1637,6 +1691,7 @@ struct rec_bf16_i6 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x003f003fu) | magic, 0x3f803f80u, 0xc320c320u);
@@ -1667,6 +1722,7 @@ struct rec_bf16_i7 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x007f007fu) | magic, 0x3f803f80u, 0xc340c340u);
@@ -1697,6 +1753,7 @@ struct rec_bf16_i8 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16(hfma2_bf16((w[1] & 0x000f000fu) | magic, 0x41804180u, 0xc500c500u), 0x3f803f80u, hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3f803f80u, 0xc380c380u));
@@ -1727,6 +1784,7 @@ struct rec_bf16_f3e1m1 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x00070007u) | magic, 0x3f803f80u, 0xc304c304u);
@@ -1757,6 +1815,7 @@ struct rec_bf16_f3e2m0 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81808180u), 0x7e807e80u, 0x00000000u);
@@ -1787,6 +1846,7 @@ struct rec_bf16_f4e1m2 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3f003f00u, 0xc288c288u);
@@ -1817,6 +1877,7 @@ struct rec_bf16_f4e2m1 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81c081c0u), 0x7e807e80u, 0x00000000u);
@@ -1847,6 +1908,7 @@ struct rec_bf16_f4e3m0 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x83808380u), 0x7d807d80u, 0x00000000u);
@@ -1877,6 +1939,7 @@ struct rec_bf16_f5e1m3 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x001f001fu) | magic, 0x3e803e80u, 0xc210c210u);
@@ -1907,6 +1970,7 @@ struct rec_bf16_f5e2m2 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81e081e0u), 0x7e807e80u, 0x00000000u);
@@ -1937,6 +2001,7 @@ struct rec_bf16_f5e3m1 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x83c083c0u), 0x7d807d80u, 0x00000000u);
@@ -1967,6 +2032,7 @@ struct rec_bf16_f5e4m0 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x87808780u), 0x7b807b80u, 0x00000000u);
@@ -1997,6 +2063,7 @@ struct rec_bf16_f6e1m4 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x003f003fu) | magic, 0x3e003e00u, 0xc1a0c1a0u);
@@ -2027,6 +2094,7 @@ struct rec_bf16_f6e2m3 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81f081f0u), 0x7e807e80u, 0x00000000u);
@@ -2057,6 +2125,7 @@ struct rec_bf16_f6e3m2 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x83e083e0u), 0x7d807d80u, 0x00000000u);
@@ -2087,6 +2156,7 @@ struct rec_bf16_f6e4m1 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x87c087c0u), 0x7b807b80u, 0x00000000u);
@@ -2117,6 +2187,7 @@ struct rec_bf16_f7e1m5 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x007f007fu) | magic, 0x3d803d80u, 0xc140c140u);
@@ -2147,6 +2218,7 @@ struct rec_bf16_f7e2m4 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81f881f8u), 0x7e807e80u, 0x00000000u);
@@ -2177,6 +2249,7 @@ struct rec_bf16_f7e3m3 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x83f083f0u), 0x7d807d80u, 0x00000000u);
@@ -2207,6 +2280,7 @@ struct rec_bf16_f7e4m2 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x87e087e0u), 0x7b807b80u, 0x00000000u);
@@ -2237,6 +2311,7 @@ struct rec_bf16_f8e1m6 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16(hfma2_bf16((w[1] & 0x000f000fu) | magic, 0x3f003f00u, 0xc280c280u), 0x3f803f80u, hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3d003d00u, 0xc100c100u));
@@ -2267,6 +2342,7 @@ struct rec_bf16_f8e2m5 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81fc81fcu), 0x7e807e80u, 0x00000000u);
@@ -2297,6 +2373,7 @@ struct rec_bf16_f8e3m4 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x83f883f8u), 0x7d807d80u, 0x00000000u);
@@ -2327,6 +2404,7 @@ struct rec_bf16_f8e4m3 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
+  static constexpr bool TUNE = false;   // decode variants 1, 2 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x87f087f0u), 0x7b807b80u, 0x00000000u);
@@ -2351,6 +2429,7 @@ struct rec_bf16_f8e4m3 {
 }  // namespace lowbit
 
 #define LOWBIT_RECIPES(X) X(rec_f16_u1) X(rec_f16_u2) X(rec_f16_u3) X(rec_f16_u4) X(rec_f16_u5) X(rec_f16_u6) X(rec_f16_u7) X(rec_f16_u8) X(rec_f16_i2) X(rec_f16_i3) X(rec_f16_i4) X(rec_f16_i5) X(rec_f16_i6) X(rec_f16_i7) X(rec_f16_i8) X(rec_f16_f3e1m1) X(rec_f16_f3e2m0) X(rec_f16_f4e1m2) X(rec_f16_f4e2m1) X(rec_f16_f4e3m0) X(rec_f16_f5e1m3) X(rec_f16_f5e2m2) X(rec_f16_f5e3m1) X(rec_f16_f5e4m0) X(rec_f16_f6e1m4) X(rec_f16_f6e2m3) X(rec_f16_f6e3m2) X(rec_f16_f6e4m1) X(rec_bf16_f6e5m0) X(rec_f16_f7e1m5) X(rec_f16_f7e2m4) X(rec_f16_f7e3m3) X(rec_f16_f7e4m2) X(rec_bf16_f7e5m1) X(rec_bf16_f7e6m0) X(rec_f16_f8e1m6) X(rec_f16_f8e2m5) X(rec_f16_f8e3m4) X(rec_f16_f8e4m3) X(rec_bf16_f8e5m2) X(rec_bf16_f8e6m1) X(rec_bf16_f8e7m0) X(rec_bf16_u1) X(rec_bf16_u2) X(rec_bf16_u3) X(rec_bf16_u4) X(rec_bf16_u5) X(rec_bf16_u6) X(rec_bf16_u7) X(rec_bf16_u8) X(rec_bf16_i2) X(rec_bf16_i3) X(rec_bf16_i4) X(rec_bf16_i5) X(rec_bf16_i6) X(rec_bf16_i7) X(rec_bf16_i8) X(rec_bf16_f3e1m1) X(rec_bf16_f3e2m0) X(rec_bf16_f4e1m2) X(rec_bf16_f4e2m1) X(rec_bf16_f4e3m0) X(rec_bf16_f5e1m3) X(rec_bf16_f5e2m2) X(rec_bf16_f5e3m1) X(rec_bf16_f5e4m0) X(rec_bf16_f6e1m4) X(rec_bf16_f6e2m3) X(rec_bf16_f6e3m2) X(rec_bf16_f6e4m1) X(rec_bf16_f7e1m5) X(rec_bf16_f7e2m4) X(rec_bf16_f7e3m3) X(rec_bf16_f7e4m2) X(rec_bf16_f8e1m6) X(rec_bf16_f8e2m5) X(rec_bf16_f8e3m4) X(rec_bf16_f8e4m3)
+#define LOWBIT_RECIPES_TUNED(X) X(rec_f16_u1) X(rec_f16_u2) X(rec_f16_u4) X(rec_f16_u8) X(rec_f16_i4) X(rec_f16_f6e3m2)
 #define LOWBIT_RECIPES_PART0(X) X(rec_f16_u1) X(rec_f16_i2) X(rec_f16_f3e2m0) X(rec_f16_f6e1m4) X(rec_f16_f7e4m2) X(rec_bf16_f8e6m1) X(rec_bf16_u7) X(rec_bf16_i8) X(rec_bf16_f5e3m1) X(rec_bf16_f7e3m3)
 #define LOWBIT_RECIPES_PART1(X) X(rec_f16_u2) X(rec_f16_i3) X(rec_f16_f4e1m2) X(rec_f16_f6e2m3) X(rec_bf16_f7e5m1) X(rec_bf16_f8e7m0) X(rec_bf16_u8) X(rec_bf16_f3e1m1) X(rec_bf16_f5e4m0) X(rec_bf16_f7e4m2)
 #define LOWBIT_RECIPES_PART2(X) X(rec_f16_u3) X(rec_f16_i4) X(rec_f16_f4e2m1) X(rec_f16_f6e3m2) X(rec_bf16_f7e6m0) X(rec_bf16_u1) X(rec_bf16_i2) X(rec_bf16_f3e2m0) X(rec_bf16_f6e1m4) X(rec_bf16_f8e1m6)

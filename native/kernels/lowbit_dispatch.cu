@@ -6,11 +6,16 @@
 #include "lowbit_params.h"
 #include "lowbit_recipes.cuh"
 
+// the recipes this build dispatches to (native/build.py build_tune compiles only LOWBIT_RECIPES_TUNED)
+#ifndef LOWBIT_DISPATCH_LIST
+#define LOWBIT_DISPATCH_LIST LOWBIT_RECIPES
+#endif
+
 #define LOWBIT_DECLARE(R)                                                                                  \
   int lowbit_gemv_##R(int mt, bool ob, bool xs, bool prof, const lowbit::GemvParams &p, int sms, void *s,   \
                       int grid, int *used, bool dry);                                                      \
   int lowbit_dequant_##R(bool ob, const lowbit::DequantParams &p, int nblk, void *s);
-LOWBIT_RECIPES(LOWBIT_DECLARE)
+LOWBIT_DISPATCH_LIST(LOWBIT_DECLARE)
 
 namespace {
 struct Entry {
@@ -21,7 +26,7 @@ struct Entry {
   int (*dequant)(bool, const lowbit::DequantParams &, int, void *);
 };
 #define LOWBIT_ENTRY(R) {lowbit::R::NAME, lowbit::R::BITS, lowbit::R::ZERO, &lowbit_gemv_##R, &lowbit_dequant_##R},
-const Entry kEntries[] = {LOWBIT_RECIPES(LOWBIT_ENTRY)};
+const Entry kEntries[] = {LOWBIT_DISPATCH_LIST(LOWBIT_ENTRY)};
 
 const Entry *find(const char *name) {
   for (const Entry &e : kEntries)
