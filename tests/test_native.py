@@ -109,6 +109,39 @@ def test_staged_flush_writes_what_direct_mode_writes(capacity, batch, iters):
         assert np.array_equal(got, slots)
 
 
+def staged_end_single_store(events, capacity, batch, warp, begin_stamp, end_stamp):
+    """Profiler::end()'s short path (count < BATCH, count <= capacity): lane l writes 8-byte word pair l of
+    [warp header | records]: lanes 0-1 the header, lane 2 + i record i.  None when the path does not apply."""
+    count = len(events)
+    if not (count < batch and count <= capacity):
+        return None
+    words = np.zeros(D.WARP_HEADER_WORDS + capacity * D.RECORD_WORDS, dtype=np.uint32)
+    lanes = [(warp, count), (begin_stamp & D.M32, end_stamp & D.M32)]
+    lanes += [((sid & 0x7FFFFFFF) | (D.END_FLAG if is_end else 0), stamp & D.M32) for sid, is_end, stamp in events]
+    assert len(lanes) <= 32
+    for lane, (a, b) in enumerate(lanes):
+        words[2 * lane], words[2 * lane + 1] = a, b
+    return words
+
+
+@pytest.mark.parametrize("capacity,iters", [(64, 1), (1024, 1), (16, 0)])
+def test_staged_single_store_end_writes_what_direct_mode_writes(capacity, iters):
+    """A warp with fewer than BATCH records writes header + records with one store at end(): the same
+    words as the direct mode (decode.encode), so the decoder's output is unchanged."""
+    nw = 3
+    blocks = make_blocks(1, nw, iters, wrap=False)
+    direct = D.encode(blocks, capacity=capacity, num_warps=nw)
+    stride = D.WARP_HEADER_WORDS + capacity * D.RECORD_WORDS
+    for w, events in enumerate(blocks[0]["warps"]):
+        wb = D.BLOCK_HEADER_WORDS + w * stride
+        got = staged_end_single_store(events, capacity, 16, w, int(direct[wb + 2]), int(direct[wb + 3]))
+        assert got is not None and len(events) < 16
+        assert np.array_equal(direct[wb:wb + stride], got)
+    # a non-recording warp (WARP0 mode): header only, 0 records
+    empty = staged_end_single_store([], capacity, 16, 5, 7, 9)
+    assert list(empty[:4]) == [5, 0, 7, 9] and not empty[4:].any()
+
+
 # ---------------------------------------------------------------- synthetic buffers
 
 LD, MM, ST, GAP = 100, 300, 50, 10

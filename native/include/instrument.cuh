@@ -28,6 +28,8 @@
 //     batch to the global buffer with one coalesced store per lane.  A record costs a clock read, a
 //     shared store and a counter update; global memory sees full-line writes instead of one 8-byte
 //     write per record.
+//     A warp with fewer than BATCH records in all (short kernels) writes its header and records at end()
+//     with one coalesced store (lanes 0-1 header, lanes 2.. records).
 //   INSTR_MODE_WARP0: the same, but only warp 0 of each block records (the others write their
 //     warp header with 0 records): for short memory-bound kernels where 8 warps x 2 records per
 //     scope is measurable.
@@ -187,15 +189,33 @@ struct Profiler {
   __device__ __forceinline__ void end() {
     if constexpr (ENABLED) {
       const uint32_t tid = tid_(), lane = tid & 31, warp = tid / 32;
+      bool header_done = false;
       if constexpr (STAGED) {
-        if (recording && (count & (BATCH - 1))) flush_batch(count & (BATCH - 1));
+        if (count < BATCH && count <= capacity) {
+          // Short scopes (softmax / layer_norm: 6 records per warp; every non-recording warp of WARP0
+          // mode: 0): nothing was flushed yet, so the warp header and every record are one contiguous
+          // run of 8-byte words -- lanes 0, 1 the header, lanes 2.. records 0.. (slot = index, as
+          // count <= capacity) -- written by a single coalesced store instead of a batch flush plus two
+          // header stores.  The words written are the same as on the general path below.
+          __syncwarp();  // lane 0's staged records become visible to the other lanes
+          const uint32_t e = stamp();
+          uint2 v = make_uint2(warp, count);
+          if (lane == 1) v = make_uint2(shared().begin_stamp[warp], e);
+          if (lane >= 2 && lane < count + 2) v = shared().rec[warp][lane - 2];
+          if (lane < count + 2) store2(warp_header(warp) + 2 * lane, v.x, v.y);
+          header_done = true;
+        } else if (recording && (count & (BATCH - 1))) {
+          flush_batch(count & (BATCH - 1));
+        }
       }
-      const uint32_t e = stamp();
-      if (lane == 0) {
-        uint32_t *wh = warp_header(warp);
-        const uint32_t b = STAGED ? shared().begin_stamp[warp] : begin_stamp;
-        reinterpret_cast<uint2 *>(wh)[0] = make_uint2(warp, count);
-        reinterpret_cast<uint2 *>(wh)[1] = make_uint2(b, e);
+      if (!header_done) {
+        const uint32_t e = stamp();
+        if (lane == 0) {
+          uint32_t *wh = warp_header(warp);
+          const uint32_t b = STAGED ? shared().begin_stamp[warp] : begin_stamp;
+          reinterpret_cast<uint2 *>(wh)[0] = make_uint2(warp, count);
+          reinterpret_cast<uint2 *>(wh)[1] = make_uint2(b, e);
+        }
       }
       if (warp == 0) {  // block header: 8 x 8 bytes, one per lane of warp 0
         __syncwarp();   // lane 0's begin() writes of clock0 / gtime0 become visible to the other lanes
