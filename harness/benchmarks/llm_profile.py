@@ -268,7 +268,7 @@ class LlmProfile:
                 order.append(None)
                 extra -= 1
         order += [None] * extra
-        extra_base: list[float] = []
+        extra_base: list[dict] = []
         tag = f"{members[0].model}_{members[0].workload}_b{members[0].batch}_s{members[0].seq_len}"
         tmp = Path(ctx.artifacts or ".") / "tmp" / tag
         out: dict = {}
@@ -282,7 +282,7 @@ class LlmProfile:
                 spec = self._spec(members[0], {"kind": "none", "options": {}}, s, ctx, units, tmp)
                 res = run_isolated({**spec, "stem": "extra"}, launcher=s["launcher"], timeout_s=s["timeout_s"])
                 if res.get("status") == "ok":
-                    extra_base.append(res["baseline_s"])
+                    extra_base.append(res)
                 continue
             prof = profs[p.profiler]
             why = self._reason(p, prof, s, ctx)
@@ -308,9 +308,11 @@ class LlmProfile:
                 if res.get("phase") in ("build", "check", "warmup", "baseline"):
                     shared = res
                 out[p.profiler] = _exception(res)
-        base = [r["baseline_s"] for _, r in results.values()] + extra_base
+        runs = [r for _, r in results.values()] + extra_base
+        base = [r["baseline_s"] for r in runs]
+        norm = [r["baseline_s"] / _probe(r["baseline"]) for r in runs if _probe(r.get("baseline"))]
         for name, (p, res) in results.items():
-            out[name] = self._metrics(p, res, base, s, ctx)
+            out[name] = self._metrics(p, res, base, s, ctx) + _norm_metrics(res, runs, norm)
             self._keep(name, res, s, ctx, tag)
         shutil.rmtree(tmp, ignore_errors=True)
         if tmp.parent.is_dir() and not any(tmp.parent.iterdir()):
@@ -391,6 +393,42 @@ class LlmProfile:
                     shutil.copyfileobj(f, g)
             else:
                 shutil.copyfile(src, dst)
+
+
+def _probe(reg: dict | None) -> float | None:
+    """The host's speed over a region: median seconds of its host probes (harness.engines.measure.host_probe)."""
+    return statistics.median(reg["probe_s"]) if reg and reg.get("probe_s") else None
+
+
+def _norm_metrics(r: dict, runs: list[dict], norm: list[float]) -> list[Metric]:
+    """Overhead with the host's speed taken out. Launch-bound regions run at the speed of the host's
+    CPU, which drifts on this kind of machine (a VM's vCPU) by tens of percent over seconds and
+    between processes; every region is therefore divided by the median of the host probes timed
+    between its units, and the baselines of all the group's processes likewise. `host_speed_ratio`
+    is the probe's own change from the baseline to the profiled region in this process (a profiler
+    that slowed the probe itself would show here); `probe_baseline_r` is the correlation across
+    processes of baseline time and probe time (near 1: the drift is the host's speed)."""
+    pb, pr = _probe(r.get("baseline")), _probe(r.get("region"))
+    if not pb or not pr or not norm:
+        return []
+    k = len(norm)
+    med = statistics.median(norm)
+    reg = r["region_s"] / pr
+    ms = [Metric("overhead_hostnorm", reg / med, "x", reg / quantile(norm, 0.9), reg / quantile(norm, 0.1), k,
+                 impl_config="region / host probe, over the median of the group's baselines / their probes"),
+          Metric("baseline_norm_cv", statistics.stdev(norm) / statistics.mean(norm) if k >= 2 else float("nan"), "1",
+                 n_samples=k, impl_config="across processes, baselines divided by their host probes"),
+          Metric("host_speed_ratio", pr / pb, "x", impl_config="probe in the profiled region / probe in the baseline"),
+          Metric("baseline_probe_ms", pb * 1e3, "ms"), Metric("region_probe_ms", pr * 1e3, "ms")]
+    pairs = [(x["baseline_s"], _probe(x["baseline"])) for x in runs if _probe(x.get("baseline"))]
+    if len(pairs) >= 3:
+        a, b = zip(*pairs)
+        try:
+            ms.append(Metric("probe_baseline_r", statistics.correlation(a, b), "1", n_samples=len(pairs),
+                             impl_config="across processes: baseline time vs host probe"))
+        except statistics.StatisticsError:
+            pass
+    return ms
 
 
 def _host_metrics(name: str, reg: dict | None) -> list[Metric]:

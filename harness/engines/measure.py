@@ -100,23 +100,37 @@ def _host() -> dict:
             "gc_s": _GC["s"], "gc_full": _GC["full"]}
 
 
+PROBE_ITERS = 50_000
+
+
+def host_probe(iters: int = PROBE_ITERS) -> float:
+    """Seconds for a fixed piece of pure-Python work (bytecode only: no calls, so no profiler hook
+    fires in it, and no device work): how fast this host runs Python right now. A few ms."""
+    t = time.perf_counter()
+    x = 0
+    for i in range(iters):
+        x = (x * 31 + i) & 0xFFFF
+    return time.perf_counter() - t
+
+
 def time_region(unit, n: int, device: str) -> dict:
     """Time n units (a device synchronisation after each, so each unit has its own time) and what the
-    host did meanwhile: `s` (the region, wall clock), `unit_s` (each unit), and the host counters'
-    deltas: process CPU time (`cpu_s`, `sys_s`), page faults (`minflt`, `majflt`), voluntary and
+    host did meanwhile: `s` (the region: the sum of the units' wall times), `unit_s` (each unit),
+    `probe_s` (host_probe before the first unit and after each one, outside the units' times: the
+    host's speed along the region), and the host counters' deltas (probes included): process CPU time (`cpu_s`, `sys_s`), page faults (`minflt`, `majflt`), voluntary and
     involuntary context switches (`nvcsw`, `nivcsw`), time in the garbage collector (`gc_s`) and its
     full collections (`gc_full`), and time stolen by the hypervisor from all CPUs (`steal_s`). The counters say whether a slow region was the host's doing."""
     _sync(device)
-    h0, t0 = _host(), time.perf_counter()
-    units, t = [], t0
+    h0 = _host()
+    units, probes = [], [host_probe()]
     for _ in range(n):
+        t = time.perf_counter()
         unit()
         _sync(device)
-        now = time.perf_counter()
-        units.append(now - t)
-        t = now
+        units.append(time.perf_counter() - t)
+        probes.append(host_probe())               # outside the units' times; the device is idle meanwhile
     h1 = _host()
-    out = {"s": t - t0, "unit_s": units}
+    out = {"s": sum(units), "unit_s": units, "probe_s": probes}
     for k, v in h1.items():
         out[k] = None if v is None or h0[k] is None else v - h0[k]
     return out
