@@ -170,6 +170,18 @@ def test_native_is_planned_in_cuda_graphs_and_prepared_once_for_every_batch_size
     for M in (1, 16, 80, 1):
         qm.prepare(M)
     assert calls == [1] * 4 and all(l.prepared_M == 1 for l in qm.linears)
+    # a prefill's numerics check takes the kernel path its timed step takes (native: decode kernel up to 16 rows)
+    monkeypatch.setattr(Q, "ANY_M", set())
+    qm.prepare(80)
+    qm.linears[0].prepared.fn.decode_ok = lambda M: M <= 16
+    use_static_attention(qm.model)
+    job = type("J", (), {"p": {"check_tokens": 16, "logits_tol": 0.1}, "card": c})()
+    shapes = []
+    monkeypatch.setattr(Q, "step_inputs", lambda vocab, B, T, dev, seed: shapes.append((B, T)) or
+                        torch.randint(1, vocab, (B, T)))
+    pt = type("P", (), {"phase": "prefill", "batch": 1, "seq_len": 80, "M": 80})()
+    LlmE2E()._check(qm, pt, type("C", (), {"seed": 0})(), job, prec("u4", 32), "cpu")
+    assert shapes == [(1, 32)]
 
 
 def test_oom_rule_is_the_artifacts_and_planned_without_building():
