@@ -56,16 +56,20 @@ def _attention(module, query, key, value, attention_mask=None, scaling=None, dro
     if groups > 1:
         key = key.repeat_interleave(groups, dim=1)
         value = value.repeat_interleave(groups, dim=1)
-    w = torch.matmul(query, key.transpose(2, 3)) * scaling
+    # in place on the fresh scores (a prefill's are [B, H, q, kv]: every pass over them counts), the scale
+    # and the cap's division as one multiplication
+    w = torch.matmul(query, key.transpose(2, 3))
     if softcap is not None:
-        w = torch.tanh(w / softcap) * softcap
+        w.mul_(scaling / softcap).tanh_().mul_(softcap)
+    else:
+        w.mul_(scaling)
     if q_len > 1:
         i = torch.arange(q_len, device=query.device)[:, None]
         j = torch.arange(kv_len, device=query.device)[None, :]
         allowed = j <= i
         if window:
             allowed = allowed & (j > i - window)
-        w = w.masked_fill(~allowed, torch.finfo(w.dtype).min)
+        w.masked_fill_(~allowed, torch.finfo(w.dtype).min)
     w = torch.softmax(w, dim=-1, dtype=torch.float32).to(query.dtype)
     return torch.matmul(w, value).transpose(1, 2).contiguous(), None
 
