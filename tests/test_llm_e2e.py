@@ -184,6 +184,38 @@ def test_native_is_planned_in_cuda_graphs_and_prepared_once_for_every_batch_size
     assert shapes == [(1, 32)]
 
 
+def test_a_transposed_kernel_output_reaches_the_model_row_major(monkeypatch):
+    """native's prefill path returns y^T's transposed view (strides (1, M)); left so, every op after the linear
+    inherits the layout and SDPA's query has stride(-1) = M, which rules out its fused kernels (the GPU falls
+    back to the f32 math path): the engine hands the model a row-major y, same values."""
+    c = card("qwen2_5_32b", hidden=64, heads=2, kv_heads=1, intermediate=128, vocab=256)
+    qm = build_quantized(c, prec("f16"), "cublas", layers=1, device="cpu", initializer_range=0.1)
+    T = 12
+    qm.prepare(T)
+    prepare_inference(qm.model)
+    ids = torch.randint(1, c.vocab_size, (1, T))
+
+    def prefill():
+        step = decode.Step(qm.model, StaticKV(qm.config, qm.layers, 1, T, torch.float16, "cpu"), 1, T, 0)
+        step.set_ids(ids)
+        return step.eager().clone()
+
+    ref = prefill()
+    for lin in qm.linears:                      # the same values in native's prefill layout
+        fn = lin.prepared.fn
+        lin.prepared.fn = lambda x, fn=fn: fn(x).t().contiguous().t()
+    x = torch.randn(T, 64).half()
+    assert qm.linears[0].prepared.fn(x).stride() == (1, T)
+    assert qm.linears[0](x).is_contiguous() and qm.linears[2](x[None]).is_contiguous()
+    strides = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda q, k, v, **kw: strides.append((q.stride(-1), k.stride(-1), v.stride(-1))) or
+                        sdpa(q, k, v, **kw))
+    assert torch.equal(prefill(), ref)
+    assert strides == [(1, 1, 1)]
+
+
 def test_oom_rule_is_the_artifacts_and_planned_without_building():
     h200, l40s = GpuSpec.load("h200"), GpuSpec.load("l40s")
     llama, qwen = card("llama3_3_70b"), card("qwen2_5_32b")
