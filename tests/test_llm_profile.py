@@ -109,6 +109,40 @@ def test_measure_times_both_regions_and_counts_the_torch_trace(tmp_path):
     assert res["finalize_s"] > 0 and res["stack"] == "hf+peft"
 
 
+def test_regions_carry_the_hosts_counters_and_options_apply(tmp_path):
+    import gc
+    import os
+    card = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "model" / "tinyllama_1_1b.yaml"))
+    cpu = sorted(os.sched_getaffinity(0))[-1]
+    spec = dict(card=card, tiny=True, layers=1, dtype="f32", device="cpu", workload="infer", batch=1, seq_len=8,
+                knobs={"decode_tokens": 2, "warmup": 1}, liger=False, target_s=0.01, units=3, residual=False,
+                profiler={"kind": "none"}, out_dir=str(tmp_path), stem="none", cpus=[cpu], gc_freeze=True)
+    before = os.sched_getaffinity(0)
+    try:
+        res = measure_safely(spec)
+    finally:                                          # the measurement ran in this process: undo its options
+        os.sched_setaffinity(0, before)
+        gc.unfreeze()
+    assert res["status"] == "ok", res
+    assert res["cpus"] == [cpu] and res["units"] == 3
+    for reg in (res["baseline"], res["region"]):
+        assert len(reg["unit_s"]) == 3 and abs(sum(reg["unit_s"]) - reg["s"]) < 1e-9
+        assert len(reg["probe_s"]) == 4 and min(reg["probe_s"]) > 0          # before the first unit, after each
+        assert reg["cpu_s"] > 0 and reg["gc_s"] >= 0 and reg["minflt"] >= 0 and reg["nivcsw"] >= 0
+    assert res["baseline_s"] == res["baseline"]["s"] and res["region_s"] == res["region"]["s"]
+
+
+def test_extra_baseline_processes_join_the_sample_and_model_layers_caps(tmp_path):
+    cfg = _compose("experiment=proton_fig13", "model=tinyllama_1_1b", "run.device=cpu", "model.layers=1",
+                   "experiment.params.baseline_processes=2", "experiment.params.profilers=[none]",
+                   "experiment.params.workloads=[infer]", f"run.results_dir={tmp_path}")
+    ctx, bench, pts = build_context(cfg)
+    assert {p.model_layers for p in pts} == {1} and dict(pts[0].params)["baseline_processes"] == 2
+    ms = {m.metric: m for m in bench.run(pts[0], ctx)}
+    assert ms["baseline_region_s"].n_samples == 3 and ms["baseline_cv"].n_samples == 3   # none + 2 extra processes
+    assert ms["overhead_hostnorm"].value > 0 and ms["baseline_probe_ms"].value > 0
+
+
 def test_plain_subprocess_launcher_returns_the_same_result(tmp_path):
     """The fallback (and nsys') way: `python -m harness.engines.measure '<spec>'` in a new interpreter."""
     from harness.engines.measure import run_isolated
@@ -152,6 +186,11 @@ def _compose(*overrides):
     (["precision=i4"], "llm_profile runs dense models; precision=i4"),
     (["experiment.params.shapes=[[1,abc]]"], "shapes="),
     (["experiment.params.stack=vllm"], "stack='vllm'; valid: auto"),
+    (["experiment.params.baseline_processes=-1"], "baseline_processes=-1 must be an integer >= 0"),
+    (["experiment.params.pin_cpus=100000"], "pin_cpus=100000, but this process may use"),
+    (["experiment.params.pin_cpus=0"], "pin_cpus=0 must be a positive integer"),
+    (["experiment.params.gc_freeze=maybe"], "gc_freeze='maybe' must be true or false"),
+    (["model.layers=0"], "layers=0 must be a positive integer (a decoder-layer cap) or null"),
 ])
 def test_bad_values_fail_while_planning(overrides, needle):
     # planned for a GPU (plan_only touches no device), so the CPU block does not replace the values

@@ -244,4 +244,12 @@ def findings(df):
         out.append(f"Kernel launches per second of the unprofiled training region (from Proton's tree): "
                    f"{rate['value'].min():,.0f} to {rate['value'].max():,.0f} "
                    f"(experiments/proton_overhead_sweep relates overhead to this rate).")
+    cv, ctrl = metric(df, "baseline_cv"), metric(df, "overhead")
+    cv, ctrl = cv[cv["profiler"] == "none"], ctrl[ctrl["profiler"] == "none"]
+    for wl, g in cv.groupby("workload"):
+        c = ctrl[ctrl["workload"] == wl]["value"]
+        out.append(f"Noise, {wl}: the unprofiled baseline's spread across the processes of a point is "
+                   f"{g['value'].min():.1%}-{g['value'].max():.1%} (median {g['value'].median():.1%}; target 2%), and the "
+                   f"`none` control reads {c.min():.2f}-{c.max():.2f}x: per-model differences smaller than about "
+                   f"{2 * g['value'].median():.0%} are not resolved (experiments/proton_noise looks for the cause).")
     return out
