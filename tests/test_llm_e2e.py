@@ -288,3 +288,21 @@ def test_the_benchmark_runs_through_the_cli_on_cpu(tmp_path):
     t = f12.targets(d)
     assert set(t["impl"]) == {"triton"} and len(t) == 3 and t["speedup"].notna().all()
     assert not f12.split(d).empty and not f12.vs_paper(d, ROOT / "results" / "paper").empty
+
+
+def test_native_prefill_rows_from_before_the_layout_fix_are_flagged():
+    import pandas as pd
+    from experiments.tilus_fig12.figures import PRE_FIX_NOTE, split, steps
+    base = dict(status="ok", gpu="h200", model="qwen2_5_32b", batch=1, seq_len=2048, weight_dtype="u4",
+                model_layers=64, p10=1.0, p90=1.0, params='{"mode": "eager"}', impl_config="")
+    rows = []
+    before, after = "2026-12-01T06:28:21+00:00", "2026-12-02T00:00:00+00:00"      # the fix: 2026-12-01 06:32 UTC
+    for impl, phase, ts in [("native", "prefill", before), ("native", "prefill", after), ("native", "decode", before),
+                            ("triton", "prefill", before)]:
+        for metric, v in (("latency_ms", 2.0), ("predicted_ms", 1.0)):
+            rows.append(dict(base, impl=impl, phase=phase, ts_utc=ts, metric=metric, value=v,
+                             model=base["model"] if ts < "2026-12-02" else "gemma2_9b"))
+    s = steps(pd.DataFrame(rows)).set_index(["model", "impl", "phase"])["pre_fix"]
+    assert s.to_dict() == {("gemma2_9b", "native", "prefill"): False, ("qwen2_5_32b", "native", "decode"): False,
+                           ("qwen2_5_32b", "native", "prefill"): True, ("qwen2_5_32b", "triton", "prefill"): False}
+    assert (split(pd.DataFrame(rows))["note"] == PRE_FIX_NOTE).sum() == 1

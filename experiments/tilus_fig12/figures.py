@@ -21,6 +21,12 @@ PAPER_MODEL = {"google/gemma-2-9b": "gemma2_9b", "Qwen/Qwen2.5-Coder-32B-Instruc
 # the artifact's backends -> labels; its f16 bars are vLLM's own f16 path
 PAPER_IMPL = {"vllm": "vLLM f16", "tilus": "Tilus", "ladder": "Ladder"}
 OUR_LABEL = {"cublas": "our engine, cuBLAS f16", "vllm": "vLLM (our adapter)"}
+IMPLS = ["cublas", "triton", "native", "tilus", "torch_int4", "vllm"]     # bar order within a weight type
+# commit 8b50789 (2026-12-01 06:32 UTC): the engine hands a kernel's transposed output (native's prefill path returns
+# y^T viewed as [M, N]) to the model row-major. native prefill rows timed before it ran with that layout in every op
+# after the linears, and attention on PyTorch's f32 math path where SDPA would have used flash attention
+NATIVE_LAYOUT_FIX = pd.Timestamp("2026-12-01T06:32:32+00:00")
+PRE_FIX_NOTE = "native prefill timed before the engine's layout fix (8b50789): not the kernels' time, see the README"
 
 
 def label(impl: str) -> str:
@@ -35,10 +41,15 @@ def steps(df: pd.DataFrame) -> pd.DataFrame:
     """One row per measured point: latency (p10, p90), prediction, split, floor, the execution mode."""
     ok = df[df["status"] == "ok"]
     key = ["gpu", "model", "phase", "batch", "seq_len", "weight_dtype", "impl", "model_layers"]
-    lat = ok[ok["metric"] == "latency_ms"][key + ["value", "p10", "p90", "params"]].rename(columns={"value": "ms"})
+    lat = ok[ok["metric"] == "latency_ms"]
+    lat = lat.assign(ts=pd.to_datetime(lat["ts_utc"], utc=True, errors="coerce") if "ts_utc" in lat
+                     else pd.NaT)[key + ["value", "p10", "p90", "params", "ts"]].rename(columns={"value": "ms"})
     if lat.empty:
         return lat
-    lat = lat.groupby(key, as_index=False).agg({"ms": "median", "p10": "median", "p90": "median", "params": "first"})
+    lat = lat.groupby(key, as_index=False).agg({"ms": "median", "p10": "median", "p90": "median", "params": "first",
+                                                "ts": "max"})
+    lat["pre_fix"] = ((lat["impl"] == "native") & (lat["phase"] == "prefill")
+                      & (lat["ts"] < NATIVE_LAYOUT_FIX).fillna(False).astype(bool))
     lat["mode"] = lat["params"].map(lambda s: json.loads(s).get("mode", "") if isinstance(s, str) and s else "")
     for m in ("predicted_ms", "gemm_ms", "nongemm_ms", "floor_ms", "weight_bytes", "floor_bytes", "kv_cache_bytes"):
         v = ok[ok["metric"] == m].groupby(key)["value"].median().rename(m)
@@ -96,7 +107,7 @@ def latency_grid(s: pd.DataFrame, oom: pd.DataFrame, title: str, p: pd.DataFrame
     a black tick at the prediction, a red dash at the floor, hatching for eager (no CUDA graph) runs."""
     models = _order(set(s["model"]) | set(oom["model"]), MODELS)
     stps = sorted(set(s["step"]) | set(oom["step"]), key=lambda t: (t.startswith("prefill"), len(t), t))
-    impls = _order(set(s["impl"]), ["cublas", "triton", "tilus", "torch_int4", "vllm"])
+    impls = _order(set(s["impl"]), IMPLS)
     fig, axes = plt.subplots(len(models), len(stps), figsize=(4.2 * len(stps), 2.7 * len(models)), squeeze=False)
     for r, model in enumerate(models):
         for c, st in enumerate(stps):
@@ -125,6 +136,8 @@ def latency_grid(s: pd.DataFrame, oom: pd.DataFrame, title: str, p: pd.DataFrame
                         ax.plot([x - 0.4, x + 0.4], [row["predicted_ms"]] * 2, color="black", lw=1.4)
                     if row["floor_ms"] == row["floor_ms"]:
                         ax.plot([x - 0.4, x + 0.4], [row["floor_ms"]] * 2, color="#C44E52", lw=1.2, ls="--")
+                    if row["pre_fix"]:
+                        ax.text(x, row["p90"], "\u2020", ha="center", va="bottom", fontsize=9, fontweight="bold")
                     x += 1
                 if x > start:
                     ticks.append(((start + x - 1) / 2, t))
@@ -136,6 +149,7 @@ def latency_grid(s: pd.DataFrame, oom: pd.DataFrame, title: str, p: pd.DataFrame
                     ax.text(0.99, 0.97, f"paper (L40S) Tilus vs f16: {sp}", transform=ax.transAxes, ha="right",
                             va="top", fontsize=7)
             ax.set_xticks([t for t, _ in ticks], [n for _, n in ticks])
+            ax.set_xlim(-0.7, max(x - 1.1, 0.5))
             ax.set_ylim(0, top * 1.25 if top == top else 1)
             ax.grid(axis="x", visible=False)
             if r == 0:
@@ -146,8 +160,19 @@ def latency_grid(s: pd.DataFrame, oom: pd.DataFrame, title: str, p: pd.DataFrame
     handles += [Line2D([], [], color="black", lw=1.4, label="predicted (kernel rows + non-GEMM)"),
                 Line2D([], [], color="#C44E52", lw=1.2, ls="--", label="floor (weight + KV bytes)"),
                 Patch(facecolor="white", edgecolor="black", hatch="///", label="eager (not a CUDA graph)")]
+    if s["pre_fix"].any():
+        handles.append(Line2D([], [], ls="none", marker="$\u2020$", color="black", label=PRE_FIX_NOTE))
+    _same_width(axes)
     title_and_legend(fig, title, handles, 4)
     return fig
+
+
+def _same_width(axes) -> None:
+    """One bar width in every panel: the x range of the widest panel everywhere (a panel of one bar would
+    otherwise stretch it across the panel)."""
+    right = max(ax.get_xlim()[1] for ax in axes.flat)
+    for ax in axes.flat:
+        ax.set_xlim(-0.7, right)
 
 
 @figure("tilus_fig12", experiment=EXPERIMENT,
@@ -178,7 +203,7 @@ def fig12_speedup(df):
     p = paper(paper_dir(df))
     stps = sorted(set(s["step"]), key=lambda t: (t.startswith("prefill"), len(t), t))
     models = _order(set(s["model"]), MODELS)
-    impls = _order(set(s["impl"]), ["triton", "tilus", "torch_int4", "vllm"])
+    impls = _order(set(s["impl"]), IMPLS)
     fig, axes = plt.subplots(len(models), len(stps), figsize=(4.2 * len(stps), 2.6 * len(models)), squeeze=False,
                              sharey=True)
     for r, model in enumerate(models):
@@ -197,6 +222,8 @@ def fig12_speedup(df):
                            edgecolor="white", linewidth=0.5)
                     if row["predicted_speedup"] == row["predicted_speedup"]:
                         ax.plot(x, row["predicted_speedup"], "o", mfc="white", mec="black", ms=4)
+                    if row["pre_fix"]:
+                        ax.text(x, 0.05, "\u2020", ha="center", va="bottom", fontsize=9, fontweight="bold")
                     x += 1
                 pv = p[(p["model"] == model) & (p["step"] == st) & (p["weight_dtype"] == t) & (p["impl"] == "tilus")]
                 if len(pv) and pv["speedup"].notna().any():
@@ -205,6 +232,7 @@ def fig12_speedup(df):
                 x += 0.6
             ax.axhline(1.0, color="black", lw=0.8, ls="--")
             ax.set_xticks([t for t, _ in ticks], [n for _, n in ticks])
+            ax.set_xlim(-0.7, max(x - 1.1, 0.5))
             ax.grid(axis="x", visible=False)
             if r == 0:
                 ax.set_title(st)
@@ -213,6 +241,9 @@ def fig12_speedup(df):
     handles = [Patch(color=impl_color(i), label=label(i)) for i in impls]
     handles += [Line2D([], [], marker="o", mfc="white", mec="black", ls="none", label="predicted speedup"),
                 Line2D([], [], marker="D", mfc="#4C72B0", mec="black", ls="none", label="paper, Tilus (L40S)")]
+    if s["pre_fix"].any():
+        handles.append(Line2D([], [], ls="none", marker="$\u2020$", color="black", label=PRE_FIX_NOTE))
+    _same_width(axes)
     gpu = ", ".join(sorted(s["gpu"].str.upper().unique()))
     title_and_legend(fig, f"Tilus Fig. 12 on the {gpu}: speedup over f16 (ours) beside the paper's L40S", handles, 3)
     return fig
@@ -232,6 +263,7 @@ def targets(df):
         "predicted speedup": u4["predicted_speedup"],
         "measured / predicted": u4["speedup"] / u4["predicted_speedup"],
         "u4 / floor": u4["ms"] / u4["floor_ms"],
+        "note": np.where(u4["pre_fix"], PRE_FIX_NOTE, ""),
     })
     dec = u4["phase"] == "decode"
     out["within 15% of prediction"] = np.where(dec & out["measured / predicted"].notna(),
@@ -252,6 +284,7 @@ def split(df):
     cols = ["gpu", "model", "step", "weight_dtype", "impl", "mode", "ms", "predicted_ms", "gemm_ms", "nongemm_ms",
             "floor_ms", "model_layers", "predicted_from"]
     out = s[[c for c in cols if c in s]].copy()
+    out["note"] = np.where(s["pre_fix"], PRE_FIX_NOTE, "")
     out["predicted_from"] = out["predicted_from"].fillna("").str.replace(" + nongemm_ms", "", regex=False)
     return out.sort_values(["gpu", "model", "step", "weight_dtype", "impl"]).reset_index(drop=True)
 
@@ -291,12 +324,21 @@ def findings(df):
     if s.empty:
         return out
     p = paper(paper_dir(df))
-    u4 = s[(s["weight_dtype"] == "u4") & (s["impl"] == "triton") & s["speedup"].notna()]
-    for st in sorted(set(u4["step"])):
-        d = u4[u4["step"] == st]
-        out.append(f"u4 with {impl_label('triton')}, {st}: speedup over our cuBLAS f16 engine "
-                   + listing(f"{m} {v:.2f}x (predicted {pv:.2f}x)" for m, v, pv in
-                             zip(d["model"], d["speedup"], d["predicted_speedup"])) + ".")
+    for impl in ("triton", "native"):
+        u4 = s[(s["weight_dtype"] == "u4") & (s["impl"] == impl) & s["speedup"].notna()]
+        for st in sorted(set(u4["step"])):
+            d = u4[u4["step"] == st]
+            out.append(f"{impl_label(impl)}, u4, {st}: speedup over our cuBLAS f16 engine "
+                       + listing(f"{m} {v:.2f}x (predicted {pv:.2f}x)" + (" \u2020" if pf else "") for m, v, pv, pf in
+                                 zip(d["model"], d["speedup"], d["predicted_speedup"], d["pre_fix"])) + ".")
+    pre = s[s["pre_fix"]]
+    if len(pre):
+        out.append(f"\u2020 {listing(sorted(set(pre['model'])))}: the {impl_label('native')} prefill rows were timed "
+                   "before the engine's layout fix (8b50789: native's prefill output, y^T viewed as [M, N], is now "
+                   "handed on row-major). Before it every op after a linear inherited the transposed layout, and "
+                   "where attention is SDPA (not Gemma-2's soft-capped formula) the query's last-dim stride ruled out "
+                   "flash attention: PyTorch ran its math path in f32. Measured "
+                   f"{span(pre['ms'] / pre['predicted_ms'])}x their prediction; they stand as measured.")
     g = p[(p["model"] == "gemma2_9b") & (p["impl"] == "tilus") & (p["weight_dtype"] == "u4")]
     if len(g):
         out.append("The paper's Gemma-2-9B u4 speedups of Tilus over vLLM f16 on the L40S: "
@@ -312,4 +354,11 @@ def findings(df):
         r = fl["ms"] / fl["floor_ms"]
         out.append(f"Decode at batch 1 runs at {span(r)}x the floor (weight + KV-cache bytes over the measured "
                    "bandwidth) over all models, types and kernels.")
+        best = fl[(fl["weight_dtype"] == "u4") & (fl["mode"] == "cuda_graph")].sort_values("ms").drop_duplicates(
+            ["gpu", "model"])
+        if len(best):
+            out.append("u4 decode at batch 1, fastest CUDA-graph kernel per model, against the floor (target: "
+                       "<= 1.3x): " + listing(f"{m} {impl_label(i)} {v:.2f} ms = {v / f:.2f}x the floor ({f:.2f} ms)"
+                                              for m, i, v, f in zip(best["model"], best["impl"], best["ms"],
+                                                                    best["floor_ms"])) + ".")
     return out

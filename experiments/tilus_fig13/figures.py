@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from experiments.tilus_fig12.figures import label, oom_points, paper, steps, with_speedup
+from experiments.tilus_fig12.figures import IMPLS, PRE_FIX_NOTE, label, oom_points, paper, steps, with_speedup
 from harness.figures import comparison, figure, finding, impl_color, listing, paper_dir, table, title_and_legend
 
 EXPERIMENT = "tilus_fig13"
 MODEL = "qwen2_5_32b"
-PAPER_COLOR = {"vllm": "#8C8C8C", "tilus": "#4C72B0", "ladder": "#C44E52"}
+PAPER_COLOR = {"vllm": "#CCB974", "tilus": "#4C72B0", "ladder": "#C44E52"}   # vLLM not native's grey
 PAPER_NAME = {"vllm": "paper: vLLM f16", "tilus": "paper: Tilus u4", "ladder": "paper: Ladder u4"}
 
 
@@ -19,7 +20,8 @@ def bars(df: pd.DataFrame) -> pd.DataFrame:
     s = with_speedup(steps(df))
     s = s[(s["model"] == MODEL) & s["weight_dtype"].isin(["f16", "u4"])]
     ours = pd.DataFrame({"source": "ours", "gpu": s["gpu"].str.upper(), "step": s["step"], "weight": s["weight_dtype"],
-                         "who": s["impl"], "ms": s["ms"], "speedup": s["speedup"], "mode": s["mode"], "status": "ok"})
+                         "who": s["impl"], "ms": s["ms"], "speedup": s["speedup"], "mode": s["mode"], "status": "ok",
+                         "pre_fix": s["pre_fix"]})
     o = oom_points(df)
     o = o[(o["model"] == MODEL) & o["weight_dtype"].isin(["f16", "u4"])]
     ours = pd.concat([ours, pd.DataFrame({"source": "ours", "gpu": o["gpu"].str.upper(), "step": o["step"],
@@ -34,7 +36,10 @@ def bars(df: pd.DataFrame) -> pd.DataFrame:
                                       "weight": p["weight_dtype"], "who": p["impl"],
                                       "ms": p["latency_ms"].where(p["status"] == "ok"), "speedup": p["speedup"],
                                       "mode": "cuda_graph", "status": p["status"]}))
-    return pd.concat(rows, ignore_index=True)
+    b = pd.concat(rows, ignore_index=True)
+    b["pre_fix"] = b["pre_fix"].fillna(False).astype(bool)
+    b["order"] = [IMPLS.index(w) if s == "ours" and w in IMPLS else len(IMPLS) for s, w in zip(b["source"], b["who"])]
+    return b
 
 
 @figure("tilus_fig13", experiment=EXPERIMENT,
@@ -56,7 +61,7 @@ def fig13(df):
         for g in gpus:
             d = b[(b["gpu"] == g) & (b["step"] == st)]
             start = x
-            for r in d.sort_values(["weight", "who"]).itertuples():
+            for r in d.sort_values(["weight", "order", "who"]).itertuples():
                 if r.ms != r.ms:
                     ax.text(x, 0, "OOM" if r.status == "oom" else r.status, rotation=90, ha="center", va="bottom", color="#C44E52", fontweight="bold")
                     x += 1
@@ -65,7 +70,8 @@ def fig13(df):
                 name = label(r.who) + f" ({r.weight})" if r.source == "ours" else PAPER_NAME.get(r.who, r.who)
                 ax.bar(x, r.ms, 0.9, color=color, hatch="///" if r.mode == "eager" else None, edgecolor="white")
                 if r.weight == "u4" and r.speedup == r.speedup:
-                    ax.text(x, r.ms, f"{r.speedup:.2f}x", ha="center", va="bottom", fontsize=7)
+                    ax.text(x, r.ms, f"{r.speedup:.2f}x" + ("\u2020" if r.pre_fix else ""), ha="center", va="bottom",
+                            fontsize=7)
                 seen[name] = color
                 x += 1
             if x > start:
@@ -76,6 +82,8 @@ def fig13(df):
         ax.grid(axis="x", visible=False)
     axes[0, 0].set_ylabel("ms per step")
     handles = [Patch(color=c, label=n) for n, c in seen.items()]
+    if b["pre_fix"].any():
+        handles.append(Line2D([], [], ls="none", marker="$\u2020$", color="black", label=PRE_FIX_NOTE))
     title_and_legend(fig, "Tilus Fig. 13: Qwen2.5-32B f16 vs u4 across GPUs", handles, 3)
     return fig
 
@@ -104,6 +112,8 @@ def findings(df):
     out = []
     for st in sorted(set(u4["step"])):
         d = u4[u4["step"] == st]
-        out.append(f"{st}: u4 over f16 " + listing(f"{r.gpu} {r.source} {r.who} {r.speedup:.2f}x" for r in d.itertuples())
-                   + ".")
+        out.append(f"{st}: u4 over f16 " + listing(f"{r.gpu} {r.source} {r.who} {r.speedup:.2f}x"
+                                                   + ("\u2020" if r.pre_fix else "") for r in d.itertuples()) + ".")
+    if b["pre_fix"].any():
+        out.append(f"\u2020 {PRE_FIX_NOTE} (tilus_fig12's); the row stands as measured.")
     return out
