@@ -123,13 +123,23 @@ def _mt(pw: PackedWeight, M: int) -> int:
 
 
 DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2}   # native/include/lowbit_kernel.cuh (GemvParams::variant)
+VARIANT_NAMES = {v: k for k, v in DECODE_VARIANTS.items()}
 TUNED_RECIPES = LL.TUNED                                  # f16 recipes built with variants lean / lean3 too
-DEFAULT_VARIANT = "base"
+# The default, "auto": lean for the TUNED recipes except where native/tune.py's H200 run (native/NOTES.md
+# section 9) found it slower than base in both flushes (0-3.4%): u1 / u2 at M > 8 (mt2), where lean's main
+# loop is not shorter either (SASS 2.31 / 2.33 vs 2.29 / 2.30 lane-instructions per weight). "base" stays
+# selectable.
+AUTO_BASE = frozenset({("f16_u1", 2), ("f16_u2", 2)})    # (recipe, mt) that "auto" runs as base
+DEFAULT_VARIANT = "auto"
+VARIANT_CHOICES = ("auto", *DECODE_VARIANTS)
 
 
-def variant_for(pw: "PackedWeight", variant: str) -> int:
-    """The variant number for this weight: variants other than base exist only for the TUNED recipes
-    (f16, no x split); anything else falls back to base."""
+def variant_for(pw: "PackedWeight", variant: str, mt: int = 1) -> int:
+    """The variant number the decode kernel of this weight runs with mt m16n8 tiles (native/lowbit._mt):
+    "auto" resolves per (recipe, mt) (AUTO_BASE); variants other than base exist only for the TUNED
+    recipes (f16, no x split); anything else falls back to base."""
+    if variant == "auto":
+        variant = "base" if (pw.rec.name, mt) in AUTO_BASE else "lean"
     v = DECODE_VARIANTS[variant]
     return v if (pw.rec.name in TUNED_RECIPES and not pw.xsplit) else 0
 
@@ -138,11 +148,10 @@ class LowbitMatmul:
     """fn(x) -> y for one packed weight (what `prepare` returns)."""
 
     def __init__(self, pw: PackedWeight, mod, grid: Optional[int] = None, variant: str = DEFAULT_VARIANT):
-        if variant not in DECODE_VARIANTS:
-            raise ValueError(f"decode variant {variant!r}: one of {sorted(DECODE_VARIANTS)}")
+        if variant not in VARIANT_CHOICES:
+            raise ValueError(f"decode variant {variant!r}: one of {list(VARIANT_CHOICES)}")
         self.pw, self.mod, self.grid = pw, mod, grid
         self.variant = variant
-        self._v = variant_for(pw, variant)
         self.dev = pw.words.device
         self.sms = torch.cuda.get_device_properties(self.dev).multi_processor_count
         self._empty = torch.empty(0, dtype=torch.int32, device=self.dev)
@@ -152,6 +161,10 @@ class LowbitMatmul:
     # -- decode ------------------------------------------------------------------------------
     def decode_ok(self, M: int) -> bool:
         return M <= DECODE_MAX_M and self.pw.decode_group_ok
+
+    def variant_num(self, M: int) -> int:
+        """The decode variant (GemvParams::variant) this weight runs at M rows."""
+        return variant_for(self.pw, self.variant, _mt(self.pw, M))
 
     def _gemv(self, x: torch.Tensor, prof: Optional[torch.Tensor] = None, cap: int = 0, grid: int = 0):
         pw, L = self.pw, self.pw.L
@@ -166,7 +179,7 @@ class LowbitMatmul:
             used = self.mod.lowbit_gemv(pw.rec.name, _mt(pw, M), pw.xsplit, prof is not None, pw.words, pw.scales,
                                         pw.stab, xin, y, y32, cnt, M, L.K, L.N, L.Npad, L.iters, L.nblocks,
                                         L.ngroups, pw.slots, self._empty if prof is None else prof, cap, self.sms,
-                                        grid or self.grid or 0, 0 if prof is not None else self._v)
+                                        grid or self.grid or 0, 0 if prof is not None else self.variant_num(M))
         except Exception:
             _reset_workspace(self.dev)     # a failed launch may have left partial sums behind
             raise
@@ -179,7 +192,7 @@ class LowbitMatmul:
         MX = 2 * M if pw.xsplit else M
         return self.mod.lowbit_gemv_grid(pw.rec.name, _mt(pw, M), pw.xsplit, prof, pw.act == torch.bfloat16, MX,
                                          pw.slots, L.iters, L.nblocks, self.sms, self.grid or 0,
-                                         0 if prof else self._v)
+                                         0 if prof else self.variant_num(M))
 
     def profiled(self, x: torch.Tensor, buffer_records: int, buffer: Optional[torch.Tensor] = None,
                  clear: bool = True):
@@ -256,7 +269,8 @@ class LowbitMatmul:
         pw, L = self.pw, self.pw.L
         if self.decode_ok(M):
             grid = self._grids.get(M) or self.grid_for(M)
-            vname = f" {self.variant}" if self._v else ""
+            v = self.variant_num(M)
+            vname = f" {VARIANT_NAMES[v]}" if v else ""
             return (f"native decode{vname} {pw.rec.name}{' xsplit' if pw.xsplit else ''} mt{_mt(pw, M)} kstep{L.kstep} "
                     f"grid{grid} ({L.nblocks}x{L.iters} stages, stream-K) | dequant {pw.rec.cost()['per_weight']:.2f}"
                     f" instr/weight")

@@ -1,6 +1,6 @@
 """GPU comparison of the native low-bit decode-kernel variants (issue 13), one run of ~2-4 minutes on an H200.
 
-    python -m native.tune --json OUT [--variants base,lean,lean3] [--quick]
+    python -m native.tune --json OUT [--variants base,lean,lean3] [--quick]     (auto: the default, per recipe and M)
 
 Builds the small tuning extension (native/build.py build_tune: the TUNED recipes only, every decode
 variant; ninja caches it in build/native_tune), then
@@ -102,8 +102,8 @@ def main(argv=None):
     from native.build import build_tune
     variants = [v for v in a.variants.split(",") if v]
     for v in variants:
-        if v not in lowbit.DECODE_VARIANTS:
-            print(f"unknown variant {v!r}: {sorted(lowbit.DECODE_VARIANTS)}")
+        if v not in lowbit.VARIANT_CHOICES:
+            print(f"unknown variant {v!r}: {list(lowbit.VARIANT_CHOICES)}")
             return 2
     try:
         mod = build_tune()

@@ -172,6 +172,26 @@ def test_decode_variants_are_built_for_the_tuned_recipes():
     assert [p.name for p in srcs if p.name.startswith("tune_")] == [f"tune_{n}.cu" for n in LL.TUNED]
 
 
+def test_default_variant_is_lean_except_one_and_two_bit_at_mt2():
+    """The default ("auto", native/NOTES.md section 9): lean for every TUNED recipe at every M, except
+    u1 / u2 at M > 8 (mt2: base); base for everything without variants; base / lean / lean3 stay selectable."""
+    assert lowbit.DEFAULT_VARIANT == "auto"
+    assert set(lowbit.VARIANT_CHOICES) == {"auto", *lowbit.DECODE_VARIANTS}
+    assert all(name in LL.TUNED for name, _ in lowbit.AUTO_BASE)
+    for fmt, act in [("u1", "f16"), ("u2", "f16"), ("u4", "f16"), ("i4", "f16"), ("u8", "f16"), ("f6e3m2", "f16"),
+                     ("u3", "f16"), ("u4", "bf16"), ("f8e5m2", "f16")]:
+        pw = lowbit.pack(random_quantized(256, 256, fmt, -1, ACTS[act]))
+        tuned = pw.rec.name in LL.TUNED and not pw.xsplit
+        for M in range(1, lowbit.DECODE_MAX_M + 1):
+            mt = lowbit._mt(pw, M)
+            want = 1 if tuned and not (fmt in ("u1", "u2") and M > 8) else 0
+            assert lowbit.variant_for(pw, "auto", mt) == want, (fmt, act, M)
+            assert lowbit.variant_for(pw, "base", mt) == 0
+            assert lowbit.variant_for(pw, "lean3", mt) == (2 if tuned else 0)
+    with pytest.raises(KeyError):
+        lowbit.variant_for(pw, "fast")
+
+
 def test_lean_variant_smem_fits_its_occupancy():
     """The lean variants stage all MT*8 rows of x: the ring must still fit 2 (lean) / 3 (lean3 where the
     weights allow) blocks per SM of an H200 (227 KB of shared memory per SM, 1 KB reserved per block)."""
