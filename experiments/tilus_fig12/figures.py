@@ -276,6 +276,25 @@ def targets(df):
     return out.sort_values(["gpu", "model", "step", "impl"]).reset_index(drop=True)
 
 
+@table("Speedup over f16 of every low-bit weight type and kernel, measured and predicted (our engine)",
+       experiment=EXPERIMENT)
+def speedups(df):
+    s = with_speedup(steps(df))
+    s = s[~s["weight_dtype"].isin(["f16", "bf16"]) & s["speedup"].notna() & (s["impl"] != "vllm")]
+    if s.empty:
+        return pd.DataFrame()
+    out = pd.DataFrame({"gpu": s["gpu"], "model": s["model"], "step": s["step"], "weight": s["weight_dtype"],
+                        "impl": s["impl"], "mode": s["mode"], "f16 ms": s["f16_ms"], "ms": s["ms"],
+                        "speedup": s["speedup"], "predicted speedup": s["predicted_speedup"],
+                        "measured / predicted": s["speedup"] / s["predicted_speedup"],
+                        "note": np.where(s["pre_fix"], PRE_FIX_NOTE, "")})
+    out["weight"] = pd.Categorical(out["weight"], [t for t in DTYPES if t in set(out["weight"])]
+                                   + sorted(set(out["weight"]) - set(DTYPES)))
+    out["impl"] = pd.Categorical(out["impl"], _order(set(out["impl"]), IMPLS))
+    return out.sort_values(["gpu", "model", "step", "weight", "impl"]).astype({"weight": str, "impl": str}) \
+        .reset_index(drop=True)
+
+
 @table("Where the step time goes: measured, predicted, GEMM and non-GEMM parts, floor (ms)", experiment=EXPERIMENT)
 def split(df):
     s = steps(df)
