@@ -136,10 +136,12 @@ def test_a_different_worst_kernel_does_not_hold(tmp_path):
     assert _evaluate(tmp_path).loc["proton_instrumentation_worst_kernel", "verdict"] == "does_not_hold"
 
 
-def _e2e(tmp_path, f16_ms: dict, u4_ms: dict, f16_mode="cuda_graph", u4_mode="cuda_graph"):
+def _e2e(tmp_path, f16_ms: dict, u4_ms: dict, f16_mode="cuda_graph", u4_mode="cuda_graph", others=()):
+    """others: (impl, {batch: ms}, mode) of further u4 kernels."""
     rows = []
     for (bs, ms), wdt, impl, mode in [(kv, "f16", "cublas", f16_mode) for kv in f16_ms.items()] + \
-                                     [(kv, "u4", "tilus", u4_mode) for kv in u4_ms.items()]:
+                                     [(kv, "u4", "tilus", u4_mode) for kv in u4_ms.items()] + \
+                                     [(kv, "u4", i, m) for i, ms_, m in others for kv in ms_.items()]:
         rows.append(row("tilus_fig12", "latency_ms", ms, model="gemma2_9b", weight_dtype=wdt, impl=impl,
                         phase="decode", batch=bs, seq_len=2048, model_layers=42, params=json.dumps({"mode": mode})))
     write(tmp_path, "tilus_fig12", rows)
@@ -154,7 +156,34 @@ def test_end_to_end_decode_compares_the_same_execution_mode(tmp_path):
 
 def test_end_to_end_never_compares_modes_silently(tmp_path):
     _e2e(tmp_path, {1: 10.0}, {1: 4.0}, f16_mode="eager", u4_mode="cuda_graph")
-    assert _evaluate(tmp_path).loc["tilus_e2e_decode_u4", "verdict"] == "not_measurable"
+    c = _evaluate(tmp_path).loc["tilus_e2e_decode_u4"]
+    assert c["verdict"] == "not_measurable"
+    # the true reason: the modes differ (not some other status of the impl's rows)
+    assert "tilus' u4 rows ran cuda_graph only, the f16 rows eager (gemma2_9b bs1)" in c["why"]
+    assert "never compared" in c["why"] and "unsupported" not in c["why"]
+
+
+def test_end_to_end_eager_tilus_gives_way_to_our_other_u4_kernels_in_the_f16_mode(tmp_path):
+    """Tilus' decode rows run eagerly (its launches cannot be captured), f16 as CUDA graphs: the claim is about u4
+    weights, so our Triton kernel's CUDA-graph rows are the u4 measurement, never Tilus' eager ones; the why says so."""
+    _e2e(tmp_path, {1: 10.0, 16: 11.0}, {1: 30.0, 16: 28.0}, u4_mode="eager",
+         others=[("native", {1: 7.0, 16: 9.0}, "cuda_graph"), ("triton", {1: 8.0, 16: 10.0}, "cuda_graph")])
+    c = _evaluate(tmp_path).loc["tilus_e2e_decode_u4"]
+    assert c["verdict"] in ("holds", "holds_other_magnitude")
+    assert math.isclose(float(c["measured_value"]), math.sqrt(10 / 8 * 11 / 10), rel_tol=1e-3)   # Triton first
+    assert "stands in for tilus" in c["why"] and "tilus' u4 rows ran eager only, the f16 rows cuda_graph" in c["why"]
+    assert "mode cuda_graph" in c["why"]
+    # no Triton rows: native's, in the same mode
+    _e2e(tmp_path / "b", {1: 10.0, 16: 11.0}, {1: 30.0, 16: 28.0}, u4_mode="eager",
+         others=[("native", {1: 7.0, 16: 9.0}, "cuda_graph")])
+    c = _evaluate(tmp_path / "b").loc["tilus_e2e_decode_u4"]
+    assert math.isclose(float(c["measured_value"]), math.sqrt(10 / 7 * 11 / 9), rel_tol=1e-3)
+    # only eager low-bit rows: not measurable, and the why says the modes differ
+    _e2e(tmp_path / "c", {1: 10.0, 16: 11.0}, {1: 30.0, 16: 28.0}, u4_mode="eager",
+         others=[("triton", {1: 20.0, 16: 21.0}, "eager")])
+    c = _evaluate(tmp_path / "c").loc["tilus_e2e_decode_u4"]
+    assert c["verdict"] == "not_measurable" and "in one execution mode" in c["why"]
+    assert "triton' u4 rows ran eager only" in c["why"] and "tilus' u4 rows ran eager only" in c["why"]
 
 
 def _spec(**kw):
