@@ -239,6 +239,29 @@ def test_oom_rule_is_the_artifacts_and_planned_without_building():
     assert not any(p.skip_reason for p in bench.points(ctx_u4) if p.impl == "triton")
 
 
+def test_model_layers_caps_the_step_over_the_experiments_caps():
+    """`model.layers=N` (ModelCard.layers) wins over experiment.params.layers and, on a CPU, over
+    experiment.cpu.layers; the points (and the OOM decision) use the cap."""
+    import dataclasses
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["experiment=tilus_fig12", "model=llama3_3_70b",
+                                                      "precision=f16", "experiment.params.layers=8", "model.layers=2"])
+    exp, llama, h200 = ExperimentSpec.from_cfg(cfg.experiment), ModelCard.from_cfg(cfg.model), GpuSpec.load("h200")
+    assert llama.layers == 2 and exp.params["layers"] == 8 and exp.cpu["layers"] == 1
+    bench = LlmE2E()
+    pts = bench.points(Context(exp, llama, prec("f16"), h200, ("cublas",), "cuda"))
+    assert pts and {p.model_layers for p in pts} == {2}
+    assert not any(p.skip_reason for p in pts)          # f16 Llama-3.3-70B fits the H200 at 2 of its 80 layers
+    whole = dataclasses.replace(llama, layers=None)      # without model.layers: experiment.params.layers
+    pts = bench.points(Context(exp, whole, prec("f16"), h200, ("cublas",), "cuda"))
+    assert {p.model_layers for p in pts} == {8} and not any(p.skip_reason for p in pts)
+    # on a CPU: over experiment.cpu.layers (1); at most the card's own layers
+    for cap, want in ((3, 3), (None, 1), (500, 80)):
+        c = dataclasses.replace(llama, layers=cap)
+        pts = bench.points(Context(exp, c, prec("f16"), h200, ("cublas",), "cpu"))
+        assert {p.model_layers for p in pts} == {want}, cap
+
+
 def test_bad_steps_and_skip_rules_are_refused_before_any_work():
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         for bad in ["experiment.params.steps=[{phase: decod, batch: 1, seq_len: 8}]",

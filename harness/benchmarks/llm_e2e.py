@@ -3,7 +3,9 @@
 One point per (model, weight dtype, impl, phase, batch, seq_len), as the Tilus artifact measured
 them (artifacts/bench_model.py, figure11.py): decode = one new token for each of `batch`
 sequences holding seq_len // batch context tokens each (2048 in total); prefill = one sequence of
-seq_len prompt tokens; the time of one forward step, median after warm-up.
+seq_len prompt tokens; the time of one forward step, median after warm-up. Decoder layers: every one of
+the card's, or a cap: `model.layers=N` on the command line, else experiment.params.layers (on a CPU:
+experiment.cpu.layers); the rows' model_layers says what ran.
 
 Our engine (harness/engines/quantized.py + decode.py): the HF model of the card with its decoder
 linears on a registry kernel (`cublas` for the dense f16 baseline, `triton`, `tilus`, `native`, ...), decode
@@ -116,6 +118,8 @@ class Job:
             bad = sorted(set(rule) - set(SKIP_KEYS))
             if bad or not rule:
                 raise ConfigError(f"experiment.params.skip: rule {dict(rule)}; keys must be among {SKIP_KEYS}")
+        if ctx.model.layers is not None:     # `model.layers=N` (checked by ModelCard) wins over both caps above
+            layers = ctx.model.layers
         self.card, self.prec, self.steps = card, prec, [dict(s) for s in steps]
         self.layers = card.num_layers if layers is None else min(int(layers), card.num_layers)
         self.real_card = ctx.model
