@@ -102,7 +102,8 @@ class Context:
 class Benchmark(Protocol):
     """Optional attributes: `label_axes` (the job axes its progress label shows), `timing_keys` (the
     `timing.*` settings it reads: they go into the hash and the `timing` column; default all),
-    `env_key(point)` (package versions the point depends on)."""
+    `env_key(point)` (package versions the point depends on), `builds_models` (True: it builds whole
+    models, so `model.layers=N` caps them; elsewhere that setting is refused)."""
     primary_metric: str
 
     def points(self, ctx: Context) -> list[Point]: ...

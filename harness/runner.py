@@ -94,6 +94,9 @@ def build_context(cfg: DictConfig, plan_only: bool = False) -> tuple[Context, ob
                           "(python -m harness sets it; set it in the environment when calling run_job directly)")
     ctx = Context(exp, card, prec, gpu, tuple(kernels), device, seed=int(cfg.run.seed))
     bench = BENCHMARKS[exp.benchmark]()
+    if card.layers is not None and not getattr(bench, "builds_models", False):
+        raise ConfigError(f"model.layers={card.layers}: experiment {exp.name} times layer shapes, not whole models "
+                          f"(a decoder-layer cap applies to whole-model experiments only)")
     points = bench.points(ctx)
     return ctx, bench, points
 

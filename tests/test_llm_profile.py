@@ -249,3 +249,10 @@ def test_cli_refuses_a_bad_profiler_before_any_work(tmp_path):
                  "experiment.params.profilers=[none,perf]", tmp=tmp_path)
     assert r.returncode != 0 and "unknown profiler 'perf'" in r.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_a_layer_cap_on_a_layer_shape_experiment_is_refused():
+    cfg = _compose("experiment=gemm_shapes", "model=llama3_70b", "model.layers=4", "run.device=cuda")
+    with pytest.raises(ConfigError) as e:
+        build_context(cfg, plan_only=True)
+    assert "model.layers=4: experiment gemm_shapes times layer shapes" in str(e.value)

@@ -133,6 +133,7 @@ def _tied(card) -> bool:
 @register("llm_e2e")
 class LlmE2E:
     primary_metric = "latency_ms"
+    builds_models = True
     label_axes = ("model", "precision")
 
     # ------------------------------------------------------------------ planning (no GPU)

@@ -75,6 +75,7 @@ def _version(pkg: str) -> str:
 @register("llm_profile")
 class LlmProfile:
     primary_metric = "overhead"
+    builds_models = True
     label_axes = ("model",)
     timing_keys = ()          # times regions in its own processes (params: target_s, warmup_s), not with timing.*
 
