@@ -119,6 +119,16 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
       xdst[j] = wbytes + sbytes + m * XROW + c * 16;
     }
   }
+  auto advance = [&]() {  // the loader's position: next stage of words, K, ring slot and scale table entry
+    lw += WSTRIDE;
+    lk += KSTEP;
+    lso = (lso + stage_bytes == (uint32_t)ring_bytes) ? 0u : lso + stage_bytes;
+    if (++lit == p.iters) {
+      lit = 0;
+      lk = 0;
+      ls += s_nb;
+    }
+  };
   auto issue_lean = [&]() {
     const uint32_t base = st0 + lso;
 #pragma unroll
@@ -136,14 +146,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
         cp_async16(base + xdst[j], in ? xsrc[j] + lk : xbase, in ? 16u : 0u);
       }
     }
-    lw += WSTRIDE;
-    lk += KSTEP;
-    lso = (lso + stage_bytes == (uint32_t)ring_bytes) ? 0u : lso + stage_bytes;
-    if (++lit == p.iters) {
-      lit = 0;
-      lk = 0;
-      ls += s_nb;
-    }
+    advance();
   };
   auto issue_base = [&]() {
     const uint32_t wd = st0 + lso + warp * (32 * VEC * 16) + lane * 16;
@@ -165,14 +168,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
         cp_async16(xd + m * XROW + c * 16, xbase + (size_t)m * p.K + (in ? k : 0), in ? 16u : 0u);
       }
     }
-    lw += WSTRIDE;
-    lk += KSTEP;
-    lso = (lso + stage_bytes == (uint32_t)ring_bytes) ? 0u : lso + stage_bytes;
-    if (++lit == p.iters) {
-      lit = 0;
-      lk = 0;
-      ls += s_nb;
-    }
+    advance();
   };
   auto issue = [&]() {
     if constexpr (V != 0) issue_lean();
