@@ -59,16 +59,6 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def time_units(unit, n: int, device: str) -> float:
-    """Seconds for n units, from a synchronised start to a synchronised end (wall clock)."""
-    _sync(device)
-    t = time.perf_counter()
-    for _ in range(n):
-        unit()
-    _sync(device)
-    return time.perf_counter() - t
-
-
 def _steal_s() -> float | None:
     """CPU time the hypervisor took from this machine's CPUs so far (all CPUs, /proc/stat), or None."""
     try:
@@ -184,7 +174,7 @@ def measure(spec: dict) -> dict:
     res["warmup_units"] = done
     n = spec.get("units")
     if not n:
-        one = time_units(wl.unit, 1, dev)
+        one = time_region(wl.unit, 1, dev)["s"]
         n = max(1, min(int(spec.get("max_units", 64)), round(float(spec["target_s"]) / max(one, 1e-9))))
         res["calibration_unit_s"] = one
     res["units"] = n
