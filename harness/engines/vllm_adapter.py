@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import statistics
 import tempfile
 import time
@@ -105,6 +106,12 @@ def _write_model(card: ModelCard, prec: Precision, layers: int, out: Path, check
     return None
 
 
+def _missing_op(e: BaseException) -> str | None:
+    """The name of a custom op that vLLM's compiled extension lacks (torch.ops._C.<op> raised), or None."""
+    m = re.search(r"'_OpNamespace' '\w+' object has no attribute '(\w+)'", str(e))
+    return m.group(1) if m else None
+
+
 class VllmRunner:
     """One vLLM engine for a (card, precision, layer cap), reused by every step measured on it
     (building it is the slow part; an engine is also not reliably freed within a process)."""
@@ -160,7 +167,15 @@ class VllmRunner:
         sp = SamplingParams(max_tokens=max_tokens, min_tokens=max_tokens, ignore_eos=True, temperature=0.0,
                             detokenize=False, logprobs=logprobs)
         t = time.perf_counter()
-        outs = self.llm.generate(ps, sp, use_tqdm=False)
+        try:
+            outs = self.llm.generate(ps, sp, use_tqdm=False)
+        except AttributeError as e:
+            op = _missing_op(e)
+            if op is None:
+                raise
+            raise Unavailable(f"vLLM {self.version} as installed here has no `{op}` kernel for its "
+                              f"{self.quantization} path (its CPU build compiles it for some instruction sets "
+                              "only, e.g. AVX-512)") from None
         dt = (time.perf_counter() - t) * 1e3
         for o in outs:
             toks = o.outputs[0].token_ids
