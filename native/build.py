@@ -12,6 +12,7 @@ check_bindings() -> g++ -fsyntax-only of bindings.cpp against the installed torc
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -62,6 +63,30 @@ def compile_check(sources=None, timeout: float = 900.0, extra=(), jobs: int | No
                                capture_output=True, text=True, timeout=timeout)
             res["link"] = (p.returncode == 0, (p.stderr or p.stdout).strip())
         return res
+
+
+REGS_PER_SM = 65536        # sm_90: 64K 32-bit registers per SM, allocated per warp in units of 256 (8 per thread)
+
+
+def kernel_registers(ptxas_log: str) -> dict[str, int]:
+    """Registers per thread of every kernel in the log of `nvcc -Xptxas -v` (compile_check(extra=("-Xptxas",
+    "-v")) returns it as each file's message), by mangled name."""
+    out, name = {}, None
+    for line in ptxas_log.splitlines():
+        m = re.search(r"Compiling entry function '([^']+)'", line)
+        if m:
+            name = m.group(1)
+        m = re.search(r"Used (\d+) registers", line)
+        if m and name:
+            out[name] = int(m.group(1))
+            name = None
+    return out
+
+
+def blocks_per_sm(registers: int, threads: int) -> int:
+    """Resident blocks per SM that the register file allows (sm_90 allocation granularity)."""
+    per_thread = -(-registers // 8) * 8
+    return REGS_PER_SM // (per_thread * threads)
 
 
 _STUBS = {  # the CUDA math-library types torch's ATen CUDA headers name (headers absent without the full toolkit)
