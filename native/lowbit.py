@@ -125,7 +125,8 @@ def _mt(pw: PackedWeight, M: int) -> int:
     return 1 if M <= 8 else 2
 
 
-DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2}   # native/include/lowbit_kernel.cuh (GemvParams::variant)
+DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2}
+PROF_VARIANTS = {0, 1}                                  # instrumented builds (native/include/lowbit_launch.cuh)   # native/include/lowbit_kernel.cuh (GemvParams::variant)
 VARIANT_NAMES = {v: k for k, v in DECODE_VARIANTS.items()}
 TUNED_RECIPES = LL.TUNED                                  # f16 recipes built with variants lean / lean3 too
 # The default, "auto": lean for the TUNED recipes except where native/tune.py's H200 run (native/NOTES.md
@@ -137,14 +138,19 @@ DEFAULT_VARIANT = "auto"
 VARIANT_CHOICES = ("auto", *DECODE_VARIANTS)
 
 
-def variant_for(pw: "PackedWeight", variant: str, mt: int = 1) -> int:
+def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = False) -> int:
     """The variant number the decode kernel of this weight runs with mt m16n8 tiles (native/lowbit._mt):
     "auto" resolves per (recipe, mt) (AUTO_BASE); variants other than base exist only for the TUNED
-    recipes (f16, no x split); anything else falls back to base."""
+    recipes (f16, no x split); anything else falls back to base. prof: the instrumented build of that same
+    variant (built for PROF_VARIANTS), so an instrumented call times the plain call's kernel plus its records."""
     if variant == "auto":
         variant = "base" if (pw.rec.name, mt) in AUTO_BASE else "lean"
     v = DECODE_VARIANTS[variant]
-    return v if (pw.rec.name in TUNED_RECIPES and not pw.xsplit) else 0
+    v = v if (pw.rec.name in TUNED_RECIPES and not pw.xsplit) else 0
+    if prof and v not in PROF_VARIANTS:
+        raise Unsupported(f"the instrumented decode kernel is built for the variants "
+                          f"{[VARIANT_NAMES[p] for p in sorted(PROF_VARIANTS)]}, not {VARIANT_NAMES[v]!r}")
+    return v
 
 
 class LowbitMatmul:
@@ -165,9 +171,9 @@ class LowbitMatmul:
     def decode_ok(self, M: int) -> bool:
         return M <= DECODE_MAX_M and self.pw.decode_group_ok
 
-    def variant_num(self, M: int) -> int:
-        """The decode variant (GemvParams::variant) this weight runs at M rows."""
-        return variant_for(self.pw, self.variant, _mt(self.pw, M))
+    def variant_num(self, M: int, prof: bool = False) -> int:
+        """The decode variant (GemvParams::variant) this weight runs at M rows (prof: its instrumented build)."""
+        return variant_for(self.pw, self.variant, _mt(self.pw, M), prof)
 
     def _gemv(self, x: torch.Tensor, prof: Optional[torch.Tensor] = None, cap: int = 0, grid: int = 0):
         pw, L = self.pw, self.pw.L
@@ -182,7 +188,7 @@ class LowbitMatmul:
             used = self.mod.lowbit_gemv(pw.rec.name, _mt(pw, M), pw.xsplit, prof is not None, pw.words, pw.scales,
                                         pw.stab, xin, y, y32, cnt, M, L.K, L.N, L.Npad, L.iters, L.nblocks,
                                         L.ngroups, pw.slots, self._empty if prof is None else prof, cap, self.sms,
-                                        grid or self.grid or 0, 0 if prof is not None else self.variant_num(M))
+                                        grid or self.grid or 0, self.variant_num(M, prof is not None))
         except Exception:
             _reset_workspace(self.dev)     # a failed launch may have left partial sums behind
             raise
@@ -195,7 +201,7 @@ class LowbitMatmul:
         MX = 2 * M if pw.xsplit else M
         return self.mod.lowbit_gemv_grid(pw.rec.name, _mt(pw, M), pw.xsplit, prof, pw.act == torch.bfloat16, MX,
                                          pw.slots, L.iters, L.nblocks, self.sms, self.grid or 0,
-                                         0 if prof else self.variant_num(M))
+                                         self.variant_num(M, prof))
 
     def profiled(self, x: torch.Tensor, buffer_records: int, buffer: Optional[torch.Tensor] = None,
                  clear: bool = True):

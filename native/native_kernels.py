@@ -68,11 +68,11 @@ def lowbit_fn(inputs: dict):
     if "fn" not in inputs:
         import torch
         from native import lowbit
-        # the decode variant "base": the instrumented build is base only (lowbit_gemv runs variant 0 whenever a
-        # profile buffer is given), so the plain reference of the overhead ratio must be base too; the default
-        # ("auto" = lean for u4) made the ratio include lean's speedup (0.0933 / 0.0773 ms = 1.21x in the H200
-        # run of 1 Dec 2026, against 1.12x with a base reference)
-        inputs["fn"] = lowbit.prepare(inputs["weight"], torch.float16, M=inputs["x"].shape[0], variant="base")
+        # the default decode variant (auto: lean for u4); its instrumented build is the same variant (profiled()
+        # runs variant_num(M, prof=True)). Until 1 Dec 2026 the instrumented build was base only while the plain
+        # call ran lean, so the overhead ratio held lean's speedup too (0.0933 / 0.0773 ms = 1.21x on the H200,
+        # against 1.12x when both were base)
+        inputs["fn"] = lowbit.prepare(inputs["weight"], torch.float16, M=inputs["x"].shape[0])
     return inputs["fn"]
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels import Unavailable
+from kernels import Unavailable, Unsupported
 from kernels.baselines import Case
 from kernels.lowbit.formats import ALL_FORMAT_NAMES, dequantize_ref, parse_format, random_quantized
 from native import build, lowbit
@@ -190,6 +190,25 @@ def test_default_variant_is_lean_except_one_and_two_bit_at_mt2():
             assert lowbit.variant_for(pw, "lean3", mt) == (2 if tuned else 0)
     with pytest.raises(KeyError):
         lowbit.variant_for(pw, "fast")
+
+
+def test_instrumented_decode_runs_the_plain_calls_variant():
+    """An instrumented decode call (profiled) runs the instrumented build of the variant the plain call runs,
+    so proton_fig15's overhead ratio compares one kernel with itself; the header builds exactly PROF_VARIANTS
+    for the PROF recipes (f16 u4), at both tile counts, and nothing else is asked for."""
+    src = (build.INCLUDE / "lowbit_launch.cuh").read_text()
+    for v in (0, 1, 2):
+        for mt in (1, 2):
+            tail = "" if v == 0 else f", {v}"
+            assert (f"launch_gemv<R, {mt}, false, false, true{tail}>" in src) == (v in lowbit.PROF_VARIANTS), (v, mt)
+    pw = lowbit.pack(random_quantized(256, 256, "u4", -1, ACTS["f16"]))
+    assert pw.rec.name == "f16_u4"
+    for M in (1, 16):
+        mt = lowbit._mt(pw, M)
+        assert lowbit.variant_for(pw, "auto", mt, prof=True) == lowbit.variant_for(pw, "auto", mt) == 1
+        assert lowbit.variant_for(pw, "base", mt, prof=True) == 0
+        with pytest.raises(Unsupported, match="instrumented"):
+            lowbit.variant_for(pw, "lean3", mt, prof=True)
 
 
 def test_lean_variant_smem_fits_its_occupancy():
