@@ -118,6 +118,9 @@ def test_bad_values_fail_while_planning(overrides, needle):
     (["experiment=proton_fig13", "experiment.params.layers=abc"], "layers='abc' must be a positive integer"),
     (["experiment=tilus_fig12", "experiment.params.decode_repeats=abc"], "decode_repeats='abc' is not an integer"),
     (["experiment=proton_fig8", "experiment.params.K=[abc]"], "experiment.params.K: 'abc' is not a number"),
+    (["experiment=proton_fig15", "experiment.params.native_buffer_records=[abc]"],
+     "experiment.params.native_buffer_records: 'abc' is not an integer"),
+    (["experiment=proton_fig15", "experiment.params.spin_cycles=abc"], "experiment.params.spin_cycles='abc' is not an integer"),
 ])
 def test_cli_rejects_bad_input_with_valid_choices(args, needle, tmp_path):
     flags = [a for a in args if a.startswith("-")]

@@ -23,7 +23,7 @@ import torch
 
 from kernels import Unavailable
 from ..bench import Context, Metric, Point, register
-from ..specs import ConfigError
+from ..specs import ConfigError, int_list, int_value
 from ..timing import NumericsFail, device_time
 
 def _mode_params(mode: dict) -> tuple:
@@ -108,7 +108,9 @@ class KernelInstrumentation:
             if m not in NATIVE_MODES:
                 raise ConfigError(f"unknown native instrumentation mode {m!r}; valid: {', '.join(NATIVE_MODES)}")
         modes = [_mode_params(dict(m)) for m in (prm.get("modes") or [{}])]
-        records = [int(r) for r in (prm.get("native_buffer_records") or [1024])]
+        records = list(int_list("experiment.params.native_buffer_records", prm.get("native_buffer_records") or [1024]))
+        for key, default in (("spin_cycles", 1_000_000), ("samples_plain", 10), ("samples_instrumented", 3)):
+            int_value(f"experiment.params.{key}", prm.get(key, default), 1)
 
         def pt(kernel, impl, profiler, params=()):
             params = tuple(sorted((*params, ("size", size))))
