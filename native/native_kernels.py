@@ -33,6 +33,9 @@ KERNEL_NAMES = {k: f"native_{k}" for k in SCOPES}
 _SUITE_NAME = {"matmul": "matmul", "softmax": "fused_softmax", "layer_norm": "layer_norm"}
 THREADS = {"matmul": 256, "softmax": 256, "layer_norm": 256}
 MODES = {"direct": 0, "staged": 1, "warp0": 2}   # INSTR_MODE_* of instrument.cuh
+# staged mode with parts of the header left out (INSTR_DIAG_* of instrument.cuh): timing only, their
+# buffers do not decode (native/instr_diag.py takes the header's cost apart with them)
+DIAG_MODES = {"staged_nostore": 0x11, "staged_nogtime": 0x21, "staged_norecord": 0x41, "staged_bare": 0x71}
 
 
 def suite_case(name: str):
@@ -97,9 +100,10 @@ def buffer_words(name: str, inputs: dict, buffer_records: int) -> tuple[int, int
 
 
 def mode_id(mode: str) -> int:
-    if mode not in MODES:
-        raise ValueError(f"unknown instrumentation mode {mode!r}; valid: {sorted(MODES)}")
-    return MODES[mode]
+    ids = {**MODES, **DIAG_MODES}
+    if mode not in ids:
+        raise ValueError(f"unknown instrumentation mode {mode!r}; valid: {sorted(ids)}")
+    return ids[mode]
 
 
 def run(name: str, inputs: dict, instrument: bool = False, buffer_records: int = 1024, *,

@@ -35,6 +35,7 @@ import statistics
 import sys
 import time
 
+import numpy as np
 import torch
 
 from native.check import narrow_scales, rel_err, unrepresentable  # noqa: F401 (narrow_scales: f16 wide floats)
@@ -43,6 +44,7 @@ FORMATS = [("u1", 128), ("u2", 128), ("u4", 128), ("u8", 128), ("f6e3m2", -1), (
 SHAPES = [(8192, 57344), (28672, 8192), (8192, 8192)]
 MS = (1, 16)
 PREFILL_MS = (2048, 4096)
+PCTS = (0, 10, 50, 90, 100)
 TOL = 2e-3
 
 
@@ -62,6 +64,29 @@ def _check(fn, x, w64, lowbit) -> tuple[bool, float | None, str]:
     except Exception as ex:  # noqa: BLE001 - report, continue
         lowbit._reset_workspace(torch.device("cuda"))
         return False, None, f"{type(ex).__name__}: {ex}"
+
+
+def _point(a, variants, prep, dt) -> int:
+    """One point, checked against float64, then launched a.launches times per variant (a profiler's target)."""
+    from kernels.lowbit.formats import dequantize_ref, random_quantized
+    from native import lowbit
+    fmt, K, N, M = a.point.split(",")
+    K, N, M = int(K), int(N), int(M)
+    g = -1 if fmt.startswith("f") else 128
+    qw = random_quantized(K, N, fmt, g, dt, seed=7, device="cuda")
+    w64 = dequantize_ref(qw, device="cuda")
+    bad = 0
+    for v in variants:
+        fn = prep(qw, v)
+        x = torch.randn(M, K, device="cuda").to(dt)
+        ok, e, msg = _check(fn, x, w64, lowbit)
+        print(f"point {fmt} K={K} N={N} M={M} {v}: {'ok' if ok else 'FAIL ' + msg} err {e} ({fn.chosen_config(M)})",
+              flush=True)
+        bad += not ok
+        for _ in range(a.launches if ok else 0):
+            fn(x)
+        torch.cuda.synchronize()
+    return 1 if bad else 0
 
 
 class CleanTimer:
@@ -93,6 +118,11 @@ def main(argv=None):
     ap.add_argument("--variants", default="base,lean,lean3")
     ap.add_argument("--samples", type=int, default=30)
     ap.add_argument("--quick", action="store_true", help="only K=8192, N=57344 and no prefill")
+    ap.add_argument("--diag-variant", default="auto", help="variant of the instrumented diagnostic run")
+    ap.add_argument("--point", default=None, metavar="FMT,K,N,M",
+                    help="only check one point and launch it --launches times per variant (for ncu: "
+                         "ncu -k regex:lowbit_gemv ... python -m native.tune --point u4,8192,57344,1)")
+    ap.add_argument("--launches", type=int, default=3)
     a = ap.parse_args(argv)
     t0 = time.time()
     from harness.timing import Timer, measure_read_bandwidth
@@ -118,6 +148,9 @@ def main(argv=None):
         if pw is not None:   # one packing shared by the variants
             return lowbit.LowbitMatmul(pw, mod, grid, v)
         return lowbit.prepare(qw, dt, variant=v, grid=grid, mod=mod)
+
+    if a.point:
+        return _point(a, variants, prep, dt)
 
     # 1. correctness on small padded shapes
     t1 = time.time()
@@ -194,7 +227,7 @@ def main(argv=None):
               flush=True)
     try:
         from native import decode
-        fn = prep(qw, "base")
+        fn = prep(qw, a.diag_variant)
         x = torch.randn(1, K, device="cuda").to(dt)
         fn.profiled(x, 1024)
         torch.cuda.synchronize()
@@ -206,14 +239,23 @@ def main(argv=None):
         torch.cuda.synchronize()
         p = decode.decode(buf.cpu().numpy().view("uint32"), lowbit.SCOPES, "native_lowbit")
         ns_unit = p.ns_per_unit()
-        d = {"event_ms": ev[0].elapsed_time(ev[1]), "span_ms": p.kernel_span_ns() * 1e-6,
+        g0 = float(p.gtime_start.min())
+        rel = lambda v: [round(float(q) * 1e-3, 2) for q in np.percentile((v.astype(np.float64) - g0), PCTS)]  # noqa: E731
+        d = {"variant": a.diag_variant, "event_ms": ev[0].elapsed_time(ev[1]), "span_ms": p.kernel_span_ns() * 1e-6,
              "sm_clock_ghz": 1.0 / ns_unit if ns_unit else None, "blocks": len(p.headers),
              "scopes_ms_per_warp": {k: v.get("normalized_cycles", 0) * ns_unit * 1e-6
-                                    for k, v in p.scope_totals().items()}}
+                                    for k, v in p.scope_totals().items()},
+             # per-block %globaltimer spread (us after the first block start; percentiles PCTS): is the span set
+             # by late starts, by a few slow blocks (the stream-K ranges are equal in work), or by all of them?
+             "pcts": list(PCTS), "block_start_us": rel(p.gtime_start), "block_end_us": rel(p.gtime_end),
+             "block_dur_us": [round(float(q) * 1e-3, 2) for q in np.percentile(
+                 p.gtime_end.astype(np.float64) - p.gtime_start.astype(np.float64), PCTS)]}
         out["diagnostics"]["instrumented_u4_m1"] = d
-        print(f"diag: instrumented u4 M=1 (base, no L2 flush): event {d['event_ms'] * 1e3:.1f} us, kernel span "
-              f"{d['span_ms'] * 1e3:.1f} us, SM clock {d['sm_clock_ghz'] or 0:.2f} GHz, per-warp scopes (us) "
-              + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in d["scopes_ms_per_warp"].items()), flush=True)
+        print(f"diag: instrumented u4 M=1 ({a.diag_variant}, no L2 flush): event {d['event_ms'] * 1e3:.1f} us, kernel "
+              f"span {d['span_ms'] * 1e3:.1f} us, SM clock {d['sm_clock_ghz'] or 0:.2f} GHz, per-warp scopes (us) "
+              + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in d["scopes_ms_per_warp"].items())
+              + f"; block start / end / duration us at p{PCTS}: {d['block_start_us']} / {d['block_end_us']} / "
+              f"{d['block_dur_us']}", flush=True)
     except Exception as e:  # noqa: BLE001
         out["diagnostics"]["instrumented_u4_m1"] = {"error": f"{type(e).__name__}: {e}"}
         print(f"diag: instrumented run failed: {type(e).__name__}: {e}", flush=True)

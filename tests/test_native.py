@@ -25,9 +25,9 @@ def test_compile_check_with_local_nvcc():
     assert set(res) == set(SUITE_SOURCES)
     bad = {k: msg for k, (ok, msg) in res.items() if not ok}
     assert not bad, bad
-    for f in SUITE_SOURCES:   # each launcher instantiates the three modes
+    for f in SUITE_SOURCES:   # each launcher instantiates every mode of INSTR_LAUNCH_MODES (3 + 4 diagnostic)
         src = (build.ROOT / "kernels" / f).read_text()
-        assert "INSTR_MODE_DIRECT>" in src and "INSTR_MODE_WARP0>" in src
+        assert "with_mode<INSTR_LAUNCH_MODES>" in src, f
     # the instrumentation must not cost occupancy: every instrumented build of a 256-thread suite kernel keeps
     # the plain build's blocks per SM (layer_norm's staged build once took 82 registers against the plain 79:
     # 2 blocks per SM instead of 3, and 1.59x the plain time on the H200)
@@ -36,7 +36,7 @@ def test_compile_check_with_local_nvcc():
         regs = build.kernel_registers(res[f][1])
         plain = [r for n, r in regs.items() if "ILb0E" in n]
         prof = {n: r for n, r in regs.items() if "ILb1E" in n}
-        assert len(plain) == 1 and len(prof) == 3, (f, regs)
+        assert len(plain) == 1 and len(prof) == 7, (f, regs)
         want = build.blocks_per_sm(plain[0], 256)
         got = {n: build.blocks_per_sm(r, 256) for n, r in prof.items()}
         assert all(b >= want for b in got.values()), (f, plain[0], want, prof, got)
@@ -83,9 +83,26 @@ def test_scope_ids_match_kernel_enums():
 
 
 def test_modes_match_header():
-    from native.native_kernels import MODES
+    from native.native_kernels import DIAG_MODES, MODES, mode_id
     for name, v in MODES.items():
         assert re.search(rf"#define INSTR_MODE_{name.upper()} {v}\b", HEADER), name
+    bits = {k: int(v, 0) for k, v in re.findall(r"#define INSTR_DIAG_(\w+) (0x[0-9A-Fa-f]+)u", HEADER)}
+    assert set(bits) == {"NOSTORE", "NOGTIME", "NORECORD"}
+    want = {"staged_nostore": bits["NOSTORE"], "staged_nogtime": bits["NOGTIME"], "staged_norecord": bits["NORECORD"],
+            "staged_bare": bits["NOSTORE"] | bits["NOGTIME"] | bits["NORECORD"]}
+    assert DIAG_MODES == {k: v | MODES["staged"] for k, v in want.items()}
+    # every mode the Python side names is instantiated by the launchers (INSTR_LAUNCH_MODES)
+    launch = re.search(r"#define INSTR_LAUNCH_MODES(.*?)\n\n", HEADER, re.S).group(1).replace("\\", "")
+    names = {**{f"INSTR_MODE_{k.upper()}": i for k, i in MODES.items()}, **{f"INSTR_DIAG_{k}": b for k, b in bits.items()}}
+    launched = set()
+    for term in filter(None, (t.strip() for t in launch.split(","))):
+        v = 0
+        for name in term.split("|"):
+            v |= names[name.strip()]
+        launched.add(v)
+    assert {mode_id(m) for m in [*MODES, *DIAG_MODES]} == launched
+    with pytest.raises(ValueError):
+        mode_id("bogus")
 
 
 # ---------------------------------------------------------------- staged records (model of instrument.cuh)

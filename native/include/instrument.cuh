@@ -39,6 +39,7 @@
 // function and the kernel compiles to the uninstrumented code.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #define INSTR_MAGIC 0x54534E49u
 #define INSTR_BLOCK_HEADER_WORDS 16
@@ -49,6 +50,12 @@
 #define INSTR_MODE_DIRECT 0
 #define INSTR_MODE_STAGED 1
 #define INSTR_MODE_WARP0 2
+// Diagnostic bits, or-ed into a mode, to take the header apart in timing runs (native/instr_diag.py); the
+// buffer they leave is not decodable:
+#define INSTR_DIAG_NOSTORE 0x10u   // end() stores nothing to global memory (no headers, no records)
+#define INSTR_DIAG_NOGTIME 0x20u   // no %globaltimer reads (block start / end stamps 0)
+#define INSTR_DIAG_NORECORD 0x40u  // enter() / exit() record nothing (begin / end only)
+#define INSTR_MODE_BASE(m) ((m) & 0xF)
 
 namespace instr {
 
@@ -88,7 +95,9 @@ template <bool ENABLED, bool USE_GLOBALTIMER = false, int MODE = INSTR_MODE_STAG
           int BATCH = 16>
 struct Profiler {
   static_assert(BATCH >= 1 && BATCH <= 32 && (BATCH & (BATCH - 1)) == 0, "BATCH: a power of two <= 32");
-  static constexpr bool STAGED = MODE != INSTR_MODE_DIRECT;
+  static constexpr bool STAGED = INSTR_MODE_BASE(MODE) != INSTR_MODE_DIRECT;
+  static constexpr bool NOSTORE = MODE & INSTR_DIAG_NOSTORE, NOGTIME = MODE & INSTR_DIAG_NOGTIME,
+                        NORECORD = MODE & INSTR_DIAG_NORECORD;
 
   struct Shared {
     uint2 rec[MAX_WARPS][BATCH];   // staged records (tag, stamp)
@@ -134,10 +143,10 @@ struct Profiler {
       capacity = cap;
       count = 0;
       const uint32_t tid = tid_(), warp = tid / 32;
-      recording = MODE != INSTR_MODE_WARP0 || warp == 0;
+      recording = INSTR_MODE_BASE(MODE) != INSTR_MODE_WARP0 || warp == 0;
       if (tid == 0) {  // clocks of the block start (the header is written in end())
         shared().clock0 = clock();
-        shared().gtime0 = globaltimer();
+        shared().gtime0 = NOGTIME ? 0ull : globaltimer();
       }
       const uint32_t s = stamp();
       if constexpr (STAGED) {
@@ -155,7 +164,7 @@ struct Profiler {
     const uint32_t first = count - n;  // record index of the first staged record
     // when n > capacity only the newest `capacity` records survive: the others are not written, so no
     // two lanes of one store target the same slot
-    if (lane < n && lane + capacity >= n) {
+    if (!NOSTORE && lane < n && lane + capacity >= n) {
       const uint2 r = shared().rec[warp][(first + lane) & (BATCH - 1)];
       store2(warp_header(warp) + INSTR_WARP_HEADER_WORDS + (uint64_t)((first + lane) % capacity) * INSTR_RECORD_WORDS,
              r.x, r.y);
@@ -164,7 +173,7 @@ struct Profiler {
   }
 
   __device__ __forceinline__ void record(uint32_t tag) {
-    if constexpr (ENABLED) {
+    if constexpr (ENABLED && !NORECORD) {
       if (!recording) return;
       const uint32_t t = stamp();
       const uint32_t tid = tid_();
@@ -202,15 +211,15 @@ struct Profiler {
           uint2 v = make_uint2(warp, count);
           if (lane == 1) v = make_uint2(shared().begin_stamp[warp], e);
           if (lane >= 2 && lane < count + 2) v = shared().rec[warp][lane - 2];
-          if (lane < count + 2) store2(warp_header(warp) + 2 * lane, v.x, v.y);
+          if (!NOSTORE && lane < count + 2) store2(warp_header(warp) + 2 * lane, v.x, v.y);
           header_done = true;
-        } else if (recording && (count & (BATCH - 1))) {
+        } else if (!NOSTORE && recording && (count & (BATCH - 1))) {
           flush_batch(count & (BATCH - 1));
         }
       }
       if (!header_done) {
         const uint32_t e = stamp();
-        if (lane == 0) {
+        if (!NOSTORE && lane == 0) {
           uint32_t *wh = warp_header(warp);
           const uint32_t b = STAGED ? shared().begin_stamp[warp] : begin_stamp;
           reinterpret_cast<uint2 *>(wh)[0] = make_uint2(warp, count);
@@ -220,7 +229,7 @@ struct Profiler {
       if (warp == 0) {  // block header: 8 x 8 bytes, one per lane of warp 0
         __syncwarp();   // lane 0's begin() writes of clock0 / gtime0 become visible to the other lanes
         const uint64_t c = clock();
-        const uint64_t g = globaltimer();
+        const uint64_t g = NOGTIME ? 0ull : globaltimer();
         const uint64_t c0 = shared().clock0, g0 = shared().gtime0;
         uint2 v = make_uint2(0u, 0u);
         switch (lane) {
@@ -233,11 +242,22 @@ struct Profiler {
           case 6: v = make_uint2((uint32_t)g, (uint32_t)(g >> 32)); break;
           default: break;
         }
-        if (lane < 8) reinterpret_cast<uint2 *>(block_base())[lane] = v;
+        if (!NOSTORE && lane < 8) reinterpret_cast<uint2 *>(block_base())[lane] = v;
       }
     }
   }
 };
+
+// Host side: f(std::integral_constant<int, M>{}) for the mode M among MODES that equals `mode`; false if none.
+// The launchers instantiate their instrumented kernels for exactly these modes.
+template <int... MODES, class F>
+inline bool with_mode(int mode, F &&f) {
+  return ((mode == MODES ? (f(std::integral_constant<int, MODES>{}), true) : false) || ...);
+}
+#define INSTR_LAUNCH_MODES                                                                                 \
+  INSTR_MODE_STAGED, INSTR_MODE_WARP0, INSTR_MODE_DIRECT, INSTR_MODE_STAGED | INSTR_DIAG_NOSTORE,         \
+      INSTR_MODE_STAGED | INSTR_DIAG_NOGTIME, INSTR_MODE_STAGED | INSTR_DIAG_NORECORD,                    \
+      INSTR_MODE_STAGED | INSTR_DIAG_NOSTORE | INSTR_DIAG_NOGTIME | INSTR_DIAG_NORECORD
 
 // RAII helper: instr::Scope<P> s(prof, ID); ... exits at the end of the C++ scope.
 template <typename P>

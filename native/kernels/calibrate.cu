@@ -27,13 +27,12 @@ int native_calibrate(uint64_t spin_cycles, int blocks, int threads, unsigned lon
                      uint32_t capacity, int mode, void *stream) {
   if (threads < 1 || threads > 1024) return (int)cudaErrorInvalidValue;
   auto s = static_cast<cudaStream_t>(stream);
-  if (prof && mode == INSTR_MODE_DIRECT)
-    calibrate_kernel<true, INSTR_MODE_DIRECT><<<blocks, threads, 0, s>>>(spin_cycles, sink, prof, capacity);
-  else if (prof && mode == INSTR_MODE_WARP0)
-    calibrate_kernel<true, INSTR_MODE_WARP0><<<blocks, threads, 0, s>>>(spin_cycles, sink, prof, capacity);
-  else if (prof)
-    calibrate_kernel<true><<<blocks, threads, 0, s>>>(spin_cycles, sink, prof, capacity);
-  else
+  if (!prof) {
     calibrate_kernel<false><<<blocks, threads, 0, s>>>(spin_cycles, sink, nullptr, 0);
+  } else if (!instr::with_mode<INSTR_LAUNCH_MODES>(mode, [&](auto m) {
+               calibrate_kernel<true, decltype(m)::value><<<blocks, threads, 0, s>>>(spin_cycles, sink, prof, capacity);
+             })) {
+    return (int)cudaErrorInvalidValue;
+  }
   return (int)cudaGetLastError();
 }

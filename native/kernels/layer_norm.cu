@@ -74,13 +74,12 @@ int native_layer_norm_f16(const void *x, const void *w, const void *b, void *y, 
   if (cols > THREADS * ITEMS || cols <= 0) return (int)cudaErrorInvalidValue;
   auto s = static_cast<cudaStream_t>(stream);
   const half *xx = (const half *)x, *ww = (const half *)w, *bb = (const half *)b;
-  if (prof && mode == INSTR_MODE_DIRECT)
-    layer_norm_kernel<true, INSTR_MODE_DIRECT><<<rows, THREADS, 0, s>>>(xx, ww, bb, (half *)y, cols, eps, prof, capacity);
-  else if (prof && mode == INSTR_MODE_WARP0)
-    layer_norm_kernel<true, INSTR_MODE_WARP0><<<rows, THREADS, 0, s>>>(xx, ww, bb, (half *)y, cols, eps, prof, capacity);
-  else if (prof)
-    layer_norm_kernel<true><<<rows, THREADS, 0, s>>>(xx, ww, bb, (half *)y, cols, eps, prof, capacity);
-  else
+  if (!prof) {
     layer_norm_kernel<false><<<rows, THREADS, 0, s>>>(xx, ww, bb, (half *)y, cols, eps, nullptr, 0);
+  } else if (!instr::with_mode<INSTR_LAUNCH_MODES>(mode, [&](auto m) {
+               layer_norm_kernel<true, decltype(m)::value><<<rows, THREADS, 0, s>>>(xx, ww, bb, (half *)y, cols, eps, prof, capacity);
+             })) {
+    return (int)cudaErrorInvalidValue;
+  }
   return (int)cudaGetLastError();
 }

@@ -85,15 +85,12 @@ int native_matmul_f16(const void *a, const void *b, float *c, int M, int N, int 
   if (M % BM || N % BN || K % BK) return (int)cudaErrorInvalidValue;
   dim3 grid(N / BN, M / BM);
   auto s = static_cast<cudaStream_t>(stream);
-  if (prof && mode == INSTR_MODE_DIRECT)
-    matmul_kernel<true, INSTR_MODE_DIRECT><<<grid, THREADS, 0, s>>>((const half *)a, (const half *)b, c, M, N, K,
-                                                                     prof, capacity);
-  else if (prof && mode == INSTR_MODE_WARP0)
-    matmul_kernel<true, INSTR_MODE_WARP0><<<grid, THREADS, 0, s>>>((const half *)a, (const half *)b, c, M, N, K,
-                                                                    prof, capacity);
-  else if (prof)
-    matmul_kernel<true><<<grid, THREADS, 0, s>>>((const half *)a, (const half *)b, c, M, N, K, prof, capacity);
-  else
+  if (!prof) {
     matmul_kernel<false><<<grid, THREADS, 0, s>>>((const half *)a, (const half *)b, c, M, N, K, nullptr, 0);
+  } else if (!instr::with_mode<INSTR_LAUNCH_MODES>(mode, [&](auto m) {
+               matmul_kernel<true, decltype(m)::value><<<grid, THREADS, 0, s>>>((const half *)a, (const half *)b, c, M, N, K, prof, capacity);
+             })) {
+    return (int)cudaErrorInvalidValue;
+  }
   return (int)cudaGetLastError();
 }

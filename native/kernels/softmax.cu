@@ -72,13 +72,12 @@ int native_softmax_f16(const void *x, void *y, int rows, int cols, uint32_t *pro
                        void *stream) {
   if (cols > THREADS * ITEMS || cols <= 0) return (int)cudaErrorInvalidValue;
   auto s = static_cast<cudaStream_t>(stream);
-  if (prof && mode == INSTR_MODE_DIRECT)
-    softmax_kernel<true, INSTR_MODE_DIRECT><<<rows, THREADS, 0, s>>>((const half *)x, (half *)y, cols, prof, capacity);
-  else if (prof && mode == INSTR_MODE_WARP0)
-    softmax_kernel<true, INSTR_MODE_WARP0><<<rows, THREADS, 0, s>>>((const half *)x, (half *)y, cols, prof, capacity);
-  else if (prof)
-    softmax_kernel<true><<<rows, THREADS, 0, s>>>((const half *)x, (half *)y, cols, prof, capacity);
-  else
+  if (!prof) {
     softmax_kernel<false><<<rows, THREADS, 0, s>>>((const half *)x, (half *)y, cols, nullptr, 0);
+  } else if (!instr::with_mode<INSTR_LAUNCH_MODES>(mode, [&](auto m) {
+               softmax_kernel<true, decltype(m)::value><<<rows, THREADS, 0, s>>>((const half *)x, (half *)y, cols, prof, capacity);
+             })) {
+    return (int)cudaErrorInvalidValue;
+  }
   return (int)cudaGetLastError();
 }

@@ -1,0 +1,95 @@
+"""Take the native instrumentation header's cost apart (issue 13), ~1 minute on an H200.
+
+    python -m native.instr_diag --json OUT [--kernels matmul,softmax,layer_norm] [--rounds 3]
+
+For each kernel (proton_fig15's inputs at the 'llm' size) the plain build and the instrumented build in
+every mode of native_kernels.MODES and DIAG_MODES are timed in turn, `--rounds` times, with the
+harness's Timer (CUDA events, 256 MB L2 flush, median of `--samples`); each mode's ratio to the plain
+time of the same round, and the spread of those ratios over the rounds.  The diagnostic modes leave one
+part of the header out (instrument.cuh INSTR_DIAG_*): `staged_nostore` no global stores at all (records
+and headers stay in shared memory), `staged_nogtime` no %globaltimer reads, `staged_norecord` no
+enter / exit records (begin / end only), `staged_bare` none of the three (the header's clock reads and
+shared-memory state only).  So staged - nostore is what the stores cost, staged - nogtime the timer reads,
+staged - norecord the in-kernel records, and bare what is left.  Before timing, the plain output and
+every mode's output are checked against the float64 reference.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+KERNELS = ("matmul", "softmax", "layer_norm")
+TOL = 2e-3
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--kernels", default=",".join(KERNELS))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--samples", type=int, default=30)
+    ap.add_argument("--buffer-records", type=int, default=1024)
+    a = ap.parse_args(argv)
+    import torch
+    from harness.timing import Timer
+    from native import native_kernels as nk
+    kernels = [k for k in a.kernels.split(",") if k]
+    bad = [k for k in kernels if k not in KERNELS]
+    if bad:
+        print(f"unknown kernels {bad}: choose from {KERNELS}")
+        return 2
+    if not torch.cuda.is_available():
+        print("unavailable: needs a CUDA GPU")
+        return 2
+    t0 = time.time()
+    modes = [*nk.MODES, *nk.DIAG_MODES]
+    timer = Timer(samples=a.samples, warmup_ms=10)
+    out = {"modes": modes, "rounds": a.rounds, "samples": a.samples, "buffer_records": a.buffer_records,
+           "kernels": {}}
+    failed = False
+    for name in kernels:
+        inputs = nk.make_inputs(name, "llm", "cuda", seed=0)
+        ref = nk.reference(name, inputs).double()
+        words, blocks, warps = nk.buffer_words(name, inputs, a.buffer_records)
+        buf = torch.zeros(words, dtype=torch.int32, device="cuda")
+        runs = {"plain": lambda: nk.run(name, inputs)}
+        for m in modes:
+            runs[m] = lambda m=m: nk.run(name, inputs, True, a.buffer_records, host=False, buffer=buf, clear=False,
+                                         mode=m)
+        errs = {}
+        for key, fn in runs.items():
+            y = fn()[0].double()
+            errs[key] = float((y - ref).norm() / ref.norm().clamp_min(1e-30))
+        ok = all(e <= TOL for e in errs.values())
+        rec = {"blocks": blocks, "warps": warps, "rel_err": errs, "ok": ok, "ms": {k: [] for k in runs}}
+        if ok:
+            for _ in range(a.rounds):
+                for key, fn in runs.items():
+                    rec["ms"][key].append(timer(fn).median_ms)
+            plain = rec["ms"]["plain"]
+            rec["ratio"] = {}
+            for m in modes:
+                rs = [t / p for t, p in zip(rec["ms"][m], plain)]
+                rec["ratio"][m] = {"median": statistics.median(rs), "min": min(rs), "max": max(rs)}
+            line = " | ".join(f"{m} {rec['ratio'][m]['median']:.3f} ({rec['ratio'][m]['min']:.3f}-"
+                              f"{rec['ratio'][m]['max']:.3f})" for m in modes)
+            print(f"{name:10s} plain {statistics.median(plain) * 1e3:7.1f} us, {blocks} blocks | {line}", flush=True)
+        else:
+            failed = True
+            print(f"{name}: FAIL rel err {errs}", flush=True)
+        out["kernels"][name] = rec
+        del buf, inputs, ref
+        torch.cuda.empty_cache()
+    out["seconds"] = time.time() - t0
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+    print(f"total {out['seconds']:.1f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
