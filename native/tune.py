@@ -67,25 +67,46 @@ def _check(fn, x, w64, lowbit) -> tuple[bool, float | None, str]:
 
 
 def _point(a, variants, prep, dt) -> int:
-    """One point, checked against float64, then launched a.launches times per variant (a profiler's target)."""
+    """Points ("fmt,K,N,M;..."), each checked against float64 per variant and grid, then either launched
+    a.launches times (a profiler's target) or, with --grid-mults, timed at each multiple of the default
+    grid (SMs x occupancy): more, shorter stream-K ranges let the hardware's block scheduler even out
+    SMs that stream slower (the instrumented run's blocks end 74-89 us after a common start)."""
+    from harness.timing import Timer
     from kernels.lowbit.formats import dequantize_ref, random_quantized
     from native import lowbit
-    fmt, K, N, M = a.point.split(",")
-    K, N, M = int(K), int(N), int(M)
-    g = -1 if fmt.startswith("f") else 128
-    qw = random_quantized(K, N, fmt, g, dt, seed=7, device="cuda")
-    w64 = dequantize_ref(qw, device="cuda")
-    bad = 0
-    for v in variants:
-        fn = prep(qw, v)
-        x = torch.randn(M, K, device="cuda").to(dt)
-        ok, e, msg = _check(fn, x, w64, lowbit)
-        print(f"point {fmt} K={K} N={N} M={M} {v}: {'ok' if ok else 'FAIL ' + msg} err {e} ({fn.chosen_config(M)})",
-              flush=True)
-        bad += not ok
-        for _ in range(a.launches if ok else 0):
-            fn(x)
-        torch.cuda.synchronize()
+    mults = [int(m) for m in a.grid_mults.split(",")] if a.grid_mults else []
+    timer, clean = (Timer(samples=a.samples, warmup_ms=10), CleanTimer(a.samples)) if mults else (None, None)
+    bad, rows = 0, []
+    for pt in filter(None, a.point.split(";")):
+        fmt, K, N, M = pt.split(",")
+        K, N, M = int(K), int(N), int(M)
+        g = -1 if fmt.startswith("f") else 128
+        qw = random_quantized(K, N, fmt, g, dt, seed=7, device="cuda")
+        w64 = dequantize_ref(qw, device="cuda")
+        pw = lowbit.pack(qw)
+        for v in variants:
+            base_grid = prep(qw, v, pw=pw).grid_for(M)
+            for mult in mults or [0]:
+                fn = prep(qw, v, grid=base_grid * mult if mult else None, pw=pw)
+                x = torch.randn(M, K, device="cuda").to(dt)
+                ok, e, msg = _check(fn, x, w64, lowbit)
+                r = dict(fmt=fmt, K=K, N=N, M=M, variant=v, grid_mult=mult, ok=ok, err=e, config=fn.chosen_config(M))
+                bad += not ok
+                if ok and mults:
+                    r["ms"], r["ms_clean"] = timer(lambda: fn(x)).median_ms, clean(lambda: fn(x))
+                elif ok:
+                    for _ in range(a.launches):
+                        fn(x)
+                    torch.cuda.synchronize()
+                rows.append(r)
+                print(f"point {fmt} K={K} N={N} M={M} {v} grid x{mult or 1}: {'ok' if ok else 'FAIL ' + msg} err {e}"
+                      + (f" {r['ms'] * 1e3:.1f} us (clean {r['ms_clean'] * 1e3:.1f})" if "ms" in r else "")
+                      + f" [{r['config']}]", flush=True)
+        del qw, w64, pw
+        torch.cuda.empty_cache()
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"points": rows}, f, indent=1, default=str)
     return 1 if bad else 0
 
 
@@ -119,10 +140,12 @@ def main(argv=None):
     ap.add_argument("--samples", type=int, default=30)
     ap.add_argument("--quick", action="store_true", help="only K=8192, N=57344 and no prefill")
     ap.add_argument("--diag-variant", default="auto", help="variant of the instrumented diagnostic run")
-    ap.add_argument("--point", default=None, metavar="FMT,K,N,M",
-                    help="only check one point and launch it --launches times per variant (for ncu: "
+    ap.add_argument("--point", default=None, metavar="FMT,K,N,M[;...]",
+                    help="only check these points and launch each --launches times per variant (for ncu: "
                          "ncu -k regex:lowbit_gemv ... python -m native.tune --point u4,8192,57344,1)")
     ap.add_argument("--launches", type=int, default=3)
+    ap.add_argument("--grid-mults", default=None, metavar="1,2,4",
+                    help="with --point: time each point at these multiples of the default grid")
     a = ap.parse_args(argv)
     t0 = time.time()
     from harness.timing import Timer, measure_read_bandwidth

@@ -34,8 +34,9 @@ def test_compile_check_with_local_nvcc():
     for f in ("matmul.cu", "softmax.cu", "layer_norm.cu"):
         assert re.search(r"THREADS = 256\b", (build.ROOT / "kernels" / f).read_text()), f
         regs = build.kernel_registers(res[f][1])
-        plain = [r for n, r in regs.items() if "ILb0E" in n]
-        prof = {n: r for n, r in regs.items() if "ILb1E" in n}
+        # plain / instrumented entry points: kernel<false> / kernel<true, MODE>, or (layer_norm) *_plain / *_prof<MODE>
+        plain = [r for n, r in regs.items() if "ILb0E" in n or "_plainE" in n]
+        prof = {n: r for n, r in regs.items() if "ILb1E" in n or "_profI" in n}
         assert len(plain) == 1 and len(prof) == 7, (f, regs)
         want = build.blocks_per_sm(plain[0], 256)
         got = {n: build.blocks_per_sm(r, 256) for n, r in prof.items()}

@@ -7,11 +7,14 @@
 
 namespace {
 constexpr int THREADS = 256, ITEMS = 32;
-// Blocks per SM of the plain kernel (79 registers -> 80 allocated x 256 threads: 3 blocks of the 65536
-// registers). The instrumented variants are held to it: without the bound the staged build took 82 and
-// warp0 85 registers (88 allocated: 2 blocks per SM) and ran 1.59x / 1.71x the plain time on the H200
-// (1 Dec 2026), against 1.23x / 1.30x when they fitted 3 blocks (78 / 80 registers, before 257b3b6).
-constexpr int MIN_BLOCKS = 3;   // applied to the instrumented builds only: the plain kernel keeps its own code
+// Registers of the instrumented builds: the plain kernel takes 79 (80 allocated x 256 threads: 3 blocks per
+// SM); unbounded, the staged build took 82 and warp0 85 (2 blocks per SM: 1.59x / 1.71x the plain time on the
+// H200, 1 Dec 2026). __launch_bounds__(THREADS, 3) held them to 3 blocks but made ptxas re-load every
+// kernel parameter from the constant bank at each use (70-74 registers, +30% instructions; the plain
+// kernel under the same bound: 1200 instructions against 912) and cost as much as it saved (staged
+// 1.29x, direct 1.30 -> 1.46x). __maxnreg__ caps the registers without that rematerialisation (staged:
+// 71 registers, 1376 instructions against 1352 unbounded). The plain kernel keeps the compiler's choice.
+constexpr int PROF_MAX_REGS = 80;
 enum { S_LOAD = 0, S_STATS = 1, S_NORM_STORE = 2 };
 
 __device__ __forceinline__ float block_sum(float v, float *smem) {
@@ -27,11 +30,10 @@ __device__ __forceinline__ float block_sum(float v, float *smem) {
   return v;
 }
 
-template <bool PROF, int MODE = INSTR_MODE_STAGED>
-__global__ void __launch_bounds__(THREADS, PROF ? MIN_BLOCKS : 0) layer_norm_kernel(const half *__restrict__ x, const half *__restrict__ w,
-                                                             const half *__restrict__ b, half *__restrict__ y,
-                                                             int cols, float eps, uint32_t *prof_buf,
-                                                             uint32_t cap) {
+template <bool PROF, int MODE>
+__device__ __forceinline__ void layer_norm_body(const half *__restrict__ x, const half *__restrict__ w,
+                                                const half *__restrict__ b, half *__restrict__ y, int cols, float eps,
+                                                uint32_t *prof_buf, uint32_t cap) {
   __shared__ float red[THREADS / 32];
   instr::Profiler<PROF, false, MODE> prof;
   prof.begin(prof_buf, cap);
@@ -67,6 +69,19 @@ __global__ void __launch_bounds__(THREADS, PROF ? MIN_BLOCKS : 0) layer_norm_ker
   prof.exit(S_NORM_STORE);
   prof.end();
 }
+
+__global__ void __launch_bounds__(THREADS) layer_norm_plain(const half *__restrict__ x, const half *__restrict__ w,
+                                                            const half *__restrict__ b, half *__restrict__ y,
+                                                            int cols, float eps) {
+  layer_norm_body<false, INSTR_MODE_STAGED>(x, w, b, y, cols, eps, nullptr, 0);
+}
+
+template <int MODE>
+__global__ void __maxnreg__(PROF_MAX_REGS)  // (not combinable with __launch_bounds__)
+    layer_norm_prof(const half *__restrict__ x, const half *__restrict__ w, const half *__restrict__ b,
+                    half *__restrict__ y, int cols, float eps, uint32_t *prof_buf, uint32_t cap) {
+  layer_norm_body<true, MODE>(x, w, b, y, cols, eps, prof_buf, cap);
+}
 }  // namespace
 
 int native_layer_norm_f16(const void *x, const void *w, const void *b, void *y, int rows, int cols, float eps,
@@ -75,9 +90,9 @@ int native_layer_norm_f16(const void *x, const void *w, const void *b, void *y, 
   auto s = static_cast<cudaStream_t>(stream);
   const half *xx = (const half *)x, *ww = (const half *)w, *bb = (const half *)b;
   if (!prof) {
-    layer_norm_kernel<false><<<rows, THREADS, 0, s>>>(xx, ww, bb, (half *)y, cols, eps, nullptr, 0);
+    layer_norm_plain<<<rows, THREADS, 0, s>>>(xx, ww, bb, (half *)y, cols, eps);
   } else if (!instr::with_mode<INSTR_LAUNCH_MODES>(mode, [&](auto m) {
-               layer_norm_kernel<true, decltype(m)::value><<<rows, THREADS, 0, s>>>(xx, ww, bb, (half *)y, cols, eps, prof, capacity);
+               layer_norm_prof<decltype(m)::value><<<rows, THREADS, 0, s>>>(xx, ww, bb, (half *)y, cols, eps, prof, capacity);
              })) {
     return (int)cudaErrorInvalidValue;
   }
