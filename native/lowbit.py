@@ -125,8 +125,8 @@ def _mt(pw: PackedWeight, M: int) -> int:
     return 1 if M <= 8 else 2
 
 
-DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2}   # native/include/lowbit_kernel.cuh (GemvParams::variant)
-PROF_VARIANTS = {0, 1}                                  # those with an instrumented build (native/include/lowbit_launch.cuh)
+DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3}   # native/include/lowbit_kernel.cuh (GemvParams::variant)
+PROF_VARIANTS = {0, 1, 3}                                # those with an instrumented build (native/include/lowbit_launch.cuh)
 VARIANT_NAMES = {v: k for k, v in DECODE_VARIANTS.items()}
 TUNED_RECIPES = LL.TUNED                                  # f16 recipes built with variants lean / lean3 too
 # The default, "auto": lean for the TUNED recipes except where native/tune.py's H200 run (native/NOTES.md

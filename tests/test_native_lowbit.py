@@ -160,10 +160,10 @@ def test_decode_variants_are_built_for_the_tuned_recipes():
     assert "#define LOWBIT_RECIPES_TUNED(X) " + " ".join(f"X(rec_{n})" for n in
                                                         [r.name for r in LL.all_recipes() if r.name in LL.TUNED]) in head
     src = (build.INCLUDE / "lowbit_launch.cuh").read_text()
-    for v in (1, 2):
+    for v in (1, 2, 3):
         for mt in (1, 2):
             assert f"launch_gemv<R, {mt}, false, false, false, {v}>" in src
-    assert set(lowbit.DECODE_VARIANTS.values()) == {0, 1, 2}
+    assert set(lowbit.DECODE_VARIANTS.values()) == {0, 1, 2, 3}
     for fmt, act, want in [("u4", "f16", 1), ("f8e5m2", "f16", 0), ("u4", "bf16", 0), ("u3", "f16", 0)]:
         pw = lowbit.pack(random_quantized(256, 256, fmt, -1, ACTS[act]))
         assert lowbit.variant_for(pw, "lean") == want
@@ -188,6 +188,7 @@ def test_default_variant_is_lean_except_one_and_two_bit_at_mt2():
             assert lowbit.variant_for(pw, "auto", mt) == want, (fmt, act, M)
             assert lowbit.variant_for(pw, "base", mt) == 0
             assert lowbit.variant_for(pw, "lean3", mt) == (2 if tuned else 0)
+            assert lowbit.variant_for(pw, "bulk", mt) == (3 if tuned else 0)
     with pytest.raises(KeyError):
         lowbit.variant_for(pw, "fast")
 
@@ -197,7 +198,7 @@ def test_instrumented_decode_runs_the_plain_calls_variant():
     so proton_fig15's overhead ratio compares one kernel with itself; the header builds exactly PROF_VARIANTS
     for the PROF recipes (f16 u4), at both tile counts, and nothing else is asked for."""
     src = (build.INCLUDE / "lowbit_launch.cuh").read_text()
-    for v in (0, 1, 2):
+    for v in (0, 1, 2, 3):
         for mt in (1, 2):
             tail = "" if v == 0 else f", {v}"
             assert (f"launch_gemv<R, {mt}, false, false, true{tail}>" in src) == (v in lowbit.PROF_VARIANTS), (v, mt)
@@ -346,7 +347,12 @@ def test_sass_main_loop_instruction_budget(tmp_path):
     # the lean variant (1): the per-stage loader / B-fragment overhead cut (native/NOTES.md section 8)
     assert st[("f16_u4", 1, 1)]["per_weight"] < 2.5 and st[("f16_u4", 2, 1)]["per_weight"] < 2.8
     assert st[("f16_u4", 1, 1)]["per_weight"] < st[("f16_u4", 1, 0)]["per_weight"]
-    assert {v for (_, _, v) in st} == {0, 1, 2}
+    assert {v for (_, _, v) in st} == {0, 1, 2, 3}
+    # bulk (3): lean with the weights' per-thread cp.async replaced by one bulk copy per stage and an mbarrier wait
+    for mt in (1, 2):
+        ops = st[("f16_u4", mt, 3)]["ops"]
+        assert ops.get("UBLKCP", 0) >= 1 and ops.get("SYNCS", 0) >= 2, ops
+        assert ops.get("LDGSTS", 0) < st[("f16_u4", mt, 1)]["ops"]["LDGSTS"]
     for (rec, mt, v), s in st.items():
         assert s["ops"].get("HMMA", 0) > 0
         if not (v == 2 and mt == 2):   # lean3 at M > 8 spills at its 80 registers (native/NOTES.md section 8)
