@@ -172,19 +172,20 @@ def test_decode_variants_are_built_for_the_tuned_recipes():
     assert [p.name for p in srcs if p.name.startswith("tune_")] == [f"tune_{n}.cu" for n in LL.TUNED]
 
 
-def test_default_variant_is_lean_except_one_and_two_bit_at_mt2():
-    """The default ("auto", native/NOTES.md section 9): lean for every TUNED recipe at every M, except
-    u1 / u2 at M > 8 (mt2: base); base for everything without variants; base / lean / lean3 stay selectable."""
+def test_default_variant_per_recipe_and_tiles():
+    """The default ("auto", native/NOTES.md sections 9 and 12): bulk for u2, u8 and f6e3m2, base for u1 at M > 8
+    (mt2), lean for every other TUNED recipe; base for everything without variants; every variant stays
+    selectable."""
     assert lowbit.DEFAULT_VARIANT == "auto"
     assert set(lowbit.VARIANT_CHOICES) == {"auto", *lowbit.DECODE_VARIANTS}
-    assert all(name in LL.TUNED for name, _ in lowbit.AUTO_BASE)
+    assert all(name in LL.TUNED and v in lowbit.DECODE_VARIANTS for (name, _), v in lowbit.AUTO_VARIANT.items())
     for fmt, act in [("u1", "f16"), ("u2", "f16"), ("u4", "f16"), ("i4", "f16"), ("u8", "f16"), ("f6e3m2", "f16"),
                      ("u3", "f16"), ("u4", "bf16"), ("f8e5m2", "f16")]:
         pw = lowbit.pack(random_quantized(256, 256, fmt, -1, ACTS[act]))
         tuned = pw.rec.name in LL.TUNED and not pw.xsplit
         for M in range(1, lowbit.DECODE_MAX_M + 1):
             mt = lowbit._mt(pw, M)
-            want = 1 if tuned and not (fmt in ("u1", "u2") and M > 8) else 0
+            want = 0 if not tuned or (fmt == "u1" and M > 8) else 3 if fmt in ("u2", "u8", "f6e3m2") else 1
             assert lowbit.variant_for(pw, "auto", mt) == want, (fmt, act, M)
             assert lowbit.variant_for(pw, "base", mt) == 0
             assert lowbit.variant_for(pw, "lean3", mt) == (2 if tuned else 0)
