@@ -198,3 +198,10 @@ def findings(df):
         out.append(f"The paper's Tilus speedups over cuBLAS f16 (L40S) are {span(pt[both] / ot[both])}x those of "
                    f"{impl_label('tilus')} on our GPU at the same {len(both)} points.")
     return out
+
+
+@table("Issue 13 targets of the native CUDA kernel on the Fig. 10 shapes, computed from the rows (decode: % of the HBM floor, "
+       "faster than Triton and Tilus)", experiment="tilus_fig10")
+def native_targets(df):
+    from experiments.native_targets import decode_targets
+    return decode_targets(df)

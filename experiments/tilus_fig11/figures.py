@@ -10,7 +10,7 @@ from matplotlib.colors import LogNorm
 
 from experiments.speedup import paper_speedups, side_by_side, speedups
 from harness.claims import FIG11_TYPES
-from harness.figures import comparison, figure, finding, impl_label, listing, order_impls, paper_dir, span
+from harness.figures import comparison, figure, finding, impl_label, listing, order_impls, paper_dir, span, table
 
 KINDS = ("uint", "int", "float")
 BITS = (8, 7, 6, 5, 4, 3, 2, 1)           # the paper's column order
@@ -138,3 +138,10 @@ def findings(df):
             out.append(f"The paper's Tilus speedups (L40S) are {span(ratio)}x those of {impl_label('tilus')} "
                        f"on our GPU over the {len(both)} types both ran.")
     return out
+
+
+@table("Issue 13 targets of the native CUDA kernel on the Fig. 11 types, computed from the rows (decode: % of the HBM floor, "
+       "faster than Triton and Tilus)", experiment="tilus_fig11")
+def native_targets(df):
+    from experiments.native_targets import decode_targets
+    return decode_targets(df)

@@ -133,3 +133,10 @@ def findings(df):
         out.append(f"The paper's Tilus (L40S) at M >= 2048: {span(pt)}x of cuBLAS f16, below 1x at {below} of its "
                    f"{len(pt)} points.")
     return out
+
+
+@table("Issue 13 targets of the native CUDA kernel at prefill sizes (>= 0.95x cuBLAS f16), computed from the rows",
+       experiment="tilus_fig14")
+def native_prefill_targets(df):
+    from experiments.native_targets import prefill_targets
+    return prefill_targets(df)

@@ -1,0 +1,39 @@
+"""experiments/native_targets.py: issue 13's target tables from rows (no GPU needed)."""
+import pandas as pd
+
+from experiments.native_targets import bits, decode_targets, floor_target, prefill_targets
+
+
+def _rows(impl, wt, M, metric, value, K=8192, N=57344, code="c1"):
+    return {"impl": impl, "weight_dtype": wt, "act_dtype": "f16", "M": M, "K": K, "N": N, "metric": metric,
+            "value": value, "p10": value * 0.98, "p90": value * 1.02, "status": "ok", "gpu": "h200",
+            "model": "m", "layer": "gate_up", "group_size": 128, "code_version": code}
+
+
+def test_bits_and_targets():
+    assert [bits(t) for t in ("u1", "i2", "u4", "f6e3m2", "f8e4m3", "f16")] == [1, 2, 4, 6, 8, 16]
+    assert floor_target("u2") == 0.75 and floor_target("u3") == 0.90 and floor_target("f3e1m1") == 0.90
+
+
+def test_decode_targets_met_missed_and_faster():
+    rows = []
+    for wt, nat, frac in (("u8", 0.120, 0.93), ("u2", 0.080, 0.40)):
+        rows += [_rows("native", wt, 1, "latency_ms", nat), _rows("native", wt, 1, "roofline_frac", frac),
+                 _rows("native", wt, 1, "floor_ms", nat * frac), _rows("triton", wt, 1, "latency_ms", 0.100),
+                 _rows("tilus", wt, 1, "latency_ms", 0.150)]
+    rows.append(_rows("triton", "u4", 1, "latency_ms", 0.09))          # no native row: not in the table
+    t = decode_targets(pd.DataFrame(rows)).set_index("weight_dtype")
+    assert list(t.index) == ["u2", "u8"]
+    assert t.loc["u8", "met"] == "yes" and t.loc["u8", "why"] == "" and t.loc["u8", "faster than both"] == "no"
+    assert t.loc["u2", "met"] == "no" and "issue-bound" in t.loc["u2", "why"]
+    assert t.loc["u2", "faster than both"] == "yes" and abs(t.loc["u2", "% of floor"] - 40) < 1e-9
+    assert decode_targets(pd.DataFrame([_rows("triton", "u4", 1, "latency_ms", 0.09)])).empty
+
+
+def test_prefill_targets_ratio_and_job():
+    rows = [_rows("cublas", "f16", 2048, "latency_ms", 2.9, code="old"), _rows("native", "u4", 2048, "latency_ms", 3.2),
+            _rows("cublas", "f16", 4096, "latency_ms", 5.8, code="old"), _rows("native", "u4", 4096, "latency_ms", 6.0)]
+    t = prefill_targets(pd.DataFrame(rows)).set_index("M")
+    assert t.loc[2048, ">= 0.95x"] == "no" and t.loc[4096, ">= 0.95x"] == "yes"
+    assert abs(t.loc[2048, "x cuBLAS"] - 2.9 / 3.2) < 1e-12
+    assert (t["cuBLAS rows"] == "another job (other code)").all()
