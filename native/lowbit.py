@@ -129,11 +129,13 @@ DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3}   # native/inclu
 PROF_VARIANTS = {0, 1, 3}                                # those with an instrumented build (native/include/lowbit_launch.cuh)
 VARIANT_NAMES = {v: k for k, v in DECODE_VARIANTS.items()}
 TUNED_RECIPES = LL.TUNED                                  # f16 recipes built with variants lean / lean3 too
+BULK_RECIPES = LL.BULK                                    # f16 recipes built with variant bulk (TUNED + other 5-8 bit)
 # The default, "auto": per (recipe, mt) the variant the H200 runs measured fastest (native/NOTES.md sections 9
-# and 12), lean where nothing is listed: base for u1 at M > 8 (mt2: lean 0-3.4% slower in both flushes, its
-# loop no shorter); bulk (one TMA copy of a stage's weights) for u8 and f6e3m2 (8-20% faster than lean at
-# all 12 points of 3 shapes x M 1 / 16) and u2 (faster at 4 of 6 points, 0.1-2% slower at the other 2);
-# 4-bit stays on lean (bulk 3-12% slower at all 6 points each of u4 and i4). Every variant stays selectable.
+# and 12), lean for the other TUNED recipes, bulk for the other BULK recipes, base for the rest: base for u1 at
+# M > 8 (mt2: lean 0-3.4% slower in both flushes, its loop no shorter); bulk (one TMA copy of a stage's weights)
+# for u8 and f6e3m2 (8-20% faster than lean at all 12 points of 3 shapes x M 1 / 16) and u2 (faster at 4 of 6
+# points, 0.1-2% slower at the other 2); 4-bit stays on lean (bulk 3-12% slower at all 6 points each of u4 and
+# i4). Every variant stays selectable.
 AUTO_VARIANT = {("f16_u1", 2): "base", ("f16_u2", 1): "bulk", ("f16_u2", 2): "bulk",
                 ("f16_u8", 1): "bulk", ("f16_u8", 2): "bulk", ("f16_f6e3m2", 1): "bulk", ("f16_f6e3m2", 2): "bulk"}
 DEFAULT_VARIANT = "auto"
@@ -142,13 +144,16 @@ VARIANT_CHOICES = ("auto", *DECODE_VARIANTS)
 
 def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = False) -> int:
     """The variant number the decode kernel of this weight runs with mt m16n8 tiles (native/lowbit._mt):
-    "auto" resolves per (recipe, mt) (AUTO_VARIANT); variants other than base exist only for the TUNED
-    recipes (f16, no x split); anything else falls back to base. prof: the instrumented build of that same
-    variant (built for PROF_VARIANTS), so an instrumented call times the plain call's kernel plus its records."""
+    "auto" resolves per (recipe, mt) (AUTO_VARIANT, then lean for TUNED and bulk for BULK recipes); lean and
+    lean3 exist for the TUNED recipes, bulk for the BULK ones (f16, no x split); anything else falls back to
+    base. prof: the instrumented build of that same variant (built for PROF_VARIANTS), so an instrumented call
+    times the plain call's kernel plus its records."""
+    name = pw.rec.name
     if variant == "auto":
-        variant = AUTO_VARIANT.get((pw.rec.name, mt), "lean")
+        variant = AUTO_VARIANT.get((name, mt), "lean" if name in TUNED_RECIPES else "bulk")
     v = DECODE_VARIANTS[variant]
-    v = v if (pw.rec.name in TUNED_RECIPES and not pw.xsplit) else 0
+    built = BULK_RECIPES if v == 3 else TUNED_RECIPES
+    v = v if (name in built and not pw.xsplit) else 0
     if prof and v not in PROF_VARIANTS:
         raise Unsupported(f"the instrumented decode kernel is built for the variants "
                           f"{[VARIANT_NAMES[p] for p in sorted(PROF_VARIANTS)]}, not {VARIANT_NAMES[v]!r}")

@@ -577,7 +577,8 @@ def render_recipe(rec: Recipe) -> str:
              f"  static constexpr bool BF16 = {'true' if rec.target == 'bf16' else 'false'};",
              f"  static constexpr bool XSPLIT = {'true' if xs else 'false'};   // also serves f16 activations (x split)",
              f"  static constexpr bool PROF = {'true' if rec.name in PROFILED else 'false'};   // instrumented variant built",
-             f"  static constexpr bool TUNE = {'true' if rec.name in TUNED else 'false'};   // decode variants 1, 2 built",
+             f"  static constexpr bool TUNE = {'true' if rec.name in TUNED else 'false'};   // decode variants 1, 2, 3 built",
+             f"  static constexpr bool BULK = {'true' if rec.name in BULK else 'false'};   // decode variant 3 built",
              f"  static constexpr uint32_t MAGIC = 0x{TARGETS[rec.target].magic * 0x10001:08x}u;  "
              "// pass to deq() through a register",
              "  __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {"]
@@ -599,6 +600,11 @@ def render_recipe(rec: Recipe) -> str:
 PROFILED = ("f16_u4",)   # recipes built with the in-kernel instrumentation too (proton_fig15)
 # recipes built with the decode-kernel variants 1 and 2 too (lowbit_kernel.cuh; timed by native/tune.py)
 TUNED = ("f16_u1", "f16_u2", "f16_u4", "f16_u8", "f16_i4", "f16_f6e3m2")
+# recipes built with the bulk decode variant (3) too: the TUNED ones and every other f16 recipe of 5-8 bits (the
+# widths where bulk beat lean on the H200: u8 and f6e3m2 at all 12 points, native/NOTES.md section 12)
+BULK = TUNED + tuple(f"f16_{f}" for f in ("u5", "u6", "u7", "i5", "i6", "i7", "i8", "f5e1m3", "f5e2m2", "f5e3m1",
+                                         "f5e4m0", "f6e1m4", "f6e2m3", "f6e4m1", "f7e1m5", "f7e2m4", "f7e3m3",
+                                         "f7e4m2", "f8e1m6", "f8e2m5", "f8e3m4", "f8e4m3"))
 PARTS = 8                # translation units the instantiations are spread over (parallel build)
 
 

@@ -164,6 +164,9 @@ def test_decode_variants_are_built_for_the_tuned_recipes():
         for mt in (1, 2):
             assert f"launch_gemv<R, {mt}, false, false, false, {v}>" in src
     assert set(lowbit.DECODE_VARIANTS.values()) == {0, 1, 2, 3}
+    assert "R::BULK" in src and set(LL.TUNED) <= set(LL.BULK)
+    for r in LL.all_recipes():   # bulk: every TUNED recipe and every other f16 recipe of 5-8 bits
+        assert (r.name in LL.BULK) == (r.name in LL.TUNED or (r.target == "f16" and r.bits >= 5)), r.name
     for fmt, act, want in [("u4", "f16", 1), ("f8e5m2", "f16", 0), ("u4", "bf16", 0), ("u3", "f16", 0)]:
         pw = lowbit.pack(random_quantized(256, 256, fmt, -1, ACTS[act]))
         assert lowbit.variant_for(pw, "lean") == want
@@ -180,16 +183,19 @@ def test_default_variant_per_recipe_and_tiles():
     assert set(lowbit.VARIANT_CHOICES) == {"auto", *lowbit.DECODE_VARIANTS}
     assert all(name in LL.TUNED and v in lowbit.DECODE_VARIANTS for (name, _), v in lowbit.AUTO_VARIANT.items())
     for fmt, act in [("u1", "f16"), ("u2", "f16"), ("u4", "f16"), ("i4", "f16"), ("u8", "f16"), ("f6e3m2", "f16"),
-                     ("u3", "f16"), ("u4", "bf16"), ("f8e5m2", "f16")]:
+                     ("u3", "f16"), ("u4", "bf16"), ("f8e5m2", "f16"), ("i8", "f16"), ("f8e4m3", "f16"), ("u5", "f16"),
+                     ("u8", "bf16")]:
         pw = lowbit.pack(random_quantized(256, 256, fmt, -1, ACTS[act]))
         tuned = pw.rec.name in LL.TUNED and not pw.xsplit
         for M in range(1, lowbit.DECODE_MAX_M + 1):
             mt = lowbit._mt(pw, M)
-            want = 0 if not tuned or (fmt == "u1" and M > 8) else 3 if fmt in ("u2", "u8", "f6e3m2") else 1
+            bulk = pw.rec.name in LL.BULK and not pw.xsplit
+            want = (0 if fmt == "u1" and M > 8 else 3 if fmt in ("u2", "u8", "f6e3m2") else 1) if tuned else \
+                (3 if bulk else 0)
             assert lowbit.variant_for(pw, "auto", mt) == want, (fmt, act, M)
             assert lowbit.variant_for(pw, "base", mt) == 0
             assert lowbit.variant_for(pw, "lean3", mt) == (2 if tuned else 0)
-            assert lowbit.variant_for(pw, "bulk", mt) == (3 if tuned else 0)
+            assert lowbit.variant_for(pw, "bulk", mt) == (3 if bulk else 0)
     with pytest.raises(KeyError):
         lowbit.variant_for(pw, "fast")
 

@@ -4,8 +4,9 @@
 //                 (variants base and lean)
 //   bf16 recipes: gemv MT = 2, bf16 out; XSPLIT recipes also f16 out with x split, MT = 2 (M <= 8), 4 (M <= 16)
 //   dequantize:   output in the recipe's dtype; XSPLIT recipes also f16
-//   variants 1, 2, 3 (GemvParams::variant): f16 recipes with R::TUNE, MT = 1, 2, f16 out; variants 1 and 3
-//                 also instrumented where R::PROF
+//   variants 1, 2 (GemvParams::variant): f16 recipes with R::TUNE, MT = 1, 2, f16 out; variant 3 (bulk): f16
+//                 recipes with R::BULK (all TUNE ones and the other 5-8 bit ones); 1 and 3 also instrumented
+//                 where R::PROF
 #pragma once
 #include <cuda_runtime.h>
 #include "lowbit_kernel.cuh"
@@ -51,8 +52,6 @@ int gemv_dispatch(int mt, bool ob, bool xs, bool prof, const GemvParams &p, int 
         if (p.variant == 1 && mt == 2) return launch_gemv<R, 2, false, false, false, 1>(p, sms, s, grid, used, dry);
         if (p.variant == 2 && mt == 1) return launch_gemv<R, 1, false, false, false, 2>(p, sms, s, grid, used, dry);
         if (p.variant == 2 && mt == 2) return launch_gemv<R, 2, false, false, false, 2>(p, sms, s, grid, used, dry);
-        if (p.variant == 3 && mt == 1) return launch_gemv<R, 1, false, false, false, 3>(p, sms, s, grid, used, dry);
-        if (p.variant == 3 && mt == 2) return launch_gemv<R, 2, false, false, false, 3>(p, sms, s, grid, used, dry);
       }
       if constexpr (R::PROF) {  // the instrumented builds of lean and bulk, beside base's
         if (!xs && !ob && prof && p.variant == 1 && mt == 1) return launch_gemv<R, 1, false, false, true, 1>(p, sms, s, grid, used, dry);
@@ -60,6 +59,10 @@ int gemv_dispatch(int mt, bool ob, bool xs, bool prof, const GemvParams &p, int 
         if (!xs && !ob && prof && p.variant == 3 && mt == 1) return launch_gemv<R, 1, false, false, true, 3>(p, sms, s, grid, used, dry);
         if (!xs && !ob && prof && p.variant == 3 && mt == 2) return launch_gemv<R, 2, false, false, true, 3>(p, sms, s, grid, used, dry);
       }
+    }
+    if constexpr (!R::BF16 && R::BULK) {
+      if (!xs && !ob && !prof && p.variant == 3 && mt == 1) return launch_gemv<R, 1, false, false, false, 3>(p, sms, s, grid, used, dry);
+      if (!xs && !ob && !prof && p.variant == 3 && mt == 2) return launch_gemv<R, 2, false, false, false, 3>(p, sms, s, grid, used, dry);
     }
     return -1;
   }

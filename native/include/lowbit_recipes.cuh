@@ -17,7 +17,8 @@ struct rec_f16_u1 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = true;   // decode variants 1, 2 built
+  static constexpr bool TUNE = true;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00010001u) | magic, 0x3c003c00u, 0xe400e400u);
@@ -48,7 +49,8 @@ struct rec_f16_u2 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = true;   // decode variants 1, 2 built
+  static constexpr bool TUNE = true;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00030003u) | magic, 0x3c003c00u, 0xe400e400u);
@@ -79,7 +81,8 @@ struct rec_f16_u3 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00070007u) | magic, 0x3c003c00u, 0xe400e400u);
@@ -110,7 +113,8 @@ struct rec_f16_u4 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = true;   // instrumented variant built
-  static constexpr bool TUNE = true;   // decode variants 1, 2 built
+  static constexpr bool TUNE = true;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x000f000fu) | magic, 0x3c003c00u, 0xe400e400u);
@@ -141,7 +145,8 @@ struct rec_f16_u5 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x001f001fu) | magic, 0x3c003c00u, 0xe400e400u);
@@ -172,7 +177,8 @@ struct rec_f16_u6 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x003f003fu) | magic, 0x3c003c00u, 0xe400e400u);
@@ -203,7 +209,8 @@ struct rec_f16_u7 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x007f007fu) | magic, 0x3c003c00u, 0xe400e400u);
@@ -234,7 +241,8 @@ struct rec_f16_u8 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = true;   // decode variants 1, 2 built
+  static constexpr bool TUNE = true;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
@@ -265,7 +273,8 @@ struct rec_f16_i2 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00030003u) | magic, 0x3c003c00u, 0xe402e402u);
@@ -296,7 +305,8 @@ struct rec_f16_i3 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00070007u) | magic, 0x3c003c00u, 0xe404e404u);
@@ -327,7 +337,8 @@ struct rec_f16_i4 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = true;   // decode variants 1, 2 built
+  static constexpr bool TUNE = true;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x000f000fu) | magic, 0x3c003c00u, 0xe408e408u);
@@ -358,7 +369,8 @@ struct rec_f16_i5 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x001f001fu) | magic, 0x3c003c00u, 0xe410e410u);
@@ -389,7 +401,8 @@ struct rec_f16_i6 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x003f003fu) | magic, 0x3c003c00u, 0xe420e420u);
@@ -420,7 +433,8 @@ struct rec_f16_i7 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x007f007fu) | magic, 0x3c003c00u, 0xe440e440u);
@@ -451,7 +465,8 @@ struct rec_f16_i8 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe480e480u);
@@ -482,7 +497,8 @@ struct rec_f16_f3e1m1 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00070007u) | magic, 0x3c003c00u, 0xe404e404u);
@@ -513,7 +529,8 @@ struct rec_f16_f3e2m0 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8c008c00u), 0x74007400u, 0x00000000u);
@@ -544,7 +561,8 @@ struct rec_f16_f4e1m2 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x000f000fu) | magic, 0x38003800u, 0xe008e008u);
@@ -575,7 +593,8 @@ struct rec_f16_f4e2m1 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8e008e00u), 0x74007400u, 0x00000000u);
@@ -606,7 +625,8 @@ struct rec_f16_f4e3m0 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x9c009c00u), 0x6c006c00u, 0x00000000u);
@@ -637,7 +657,8 @@ struct rec_f16_f5e1m3 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x001f001fu) | magic, 0x34003400u, 0xdc10dc10u);
@@ -668,7 +689,8 @@ struct rec_f16_f5e2m2 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8f008f00u), 0x74007400u, 0x00000000u);
@@ -699,7 +721,8 @@ struct rec_f16_f5e3m1 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x9e009e00u), 0x6c006c00u, 0x00000000u);
@@ -730,7 +753,8 @@ struct rec_f16_f5e4m0 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0xbc00bc00u), 0x5c005c00u, 0x00000000u);
@@ -761,7 +785,8 @@ struct rec_f16_f6e1m4 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x003f003fu) | magic, 0x30003000u, 0xd820d820u);
@@ -792,7 +817,8 @@ struct rec_f16_f6e2m3 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8f808f80u), 0x74007400u, 0x00000000u);
@@ -823,7 +849,8 @@ struct rec_f16_f6e3m2 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = true;   // decode variants 1, 2 built
+  static constexpr bool TUNE = true;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x9f009f00u), 0x6c006c00u, 0x00000000u);
@@ -854,7 +881,8 @@ struct rec_f16_f6e4m1 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0xbe00be00u), 0x5c005c00u, 0x00000000u);
@@ -885,7 +913,8 @@ struct rec_bf16_f6e5m0 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = true;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x8f808f80u), 0x77807780u, 0x00000000u);
@@ -916,7 +945,8 @@ struct rec_f16_f7e1m5 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x007f007fu) | magic, 0x2c002c00u, 0xd440d440u);
@@ -947,7 +977,8 @@ struct rec_f16_f7e2m4 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8fc08fc0u), 0x74007400u, 0x00000000u);
@@ -978,7 +1009,8 @@ struct rec_f16_f7e3m3 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x9f809f80u), 0x6c006c00u, 0x00000000u);
@@ -1009,7 +1041,8 @@ struct rec_f16_f7e4m2 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0xbf00bf00u), 0x5c005c00u, 0x00000000u);
@@ -1040,7 +1073,8 @@ struct rec_bf16_f7e5m1 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = true;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x8fc08fc0u), 0x77807780u, 0x00000000u);
@@ -1071,7 +1105,8 @@ struct rec_bf16_f7e6m0 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = true;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x9f809f80u), 0x6f806f80u, 0x00000000u);
@@ -1102,7 +1137,8 @@ struct rec_f16_f8e1m6 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00ff00ffu) | magic, 0x28002800u, 0xd080d080u);
@@ -1133,7 +1169,8 @@ struct rec_f16_f8e2m5 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8fe08fe0u), 0x74007400u, 0x00000000u);
@@ -1164,7 +1201,8 @@ struct rec_f16_f8e3m4 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x9fc09fc0u), 0x6c006c00u, 0x00000000u);
@@ -1195,7 +1233,8 @@ struct rec_f16_f8e4m3 {
   static constexpr bool BF16 = false;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0xbf80bf80u), 0x5c005c00u, 0x00000000u);
@@ -1226,7 +1265,8 @@ struct rec_bf16_f8e5m2 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = true;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x8fe08fe0u), 0x77807780u, 0x00000000u);
@@ -1257,7 +1297,8 @@ struct rec_bf16_f8e6m1 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = true;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x9fc09fc0u), 0x6f806f80u, 0x00000000u);
@@ -1288,7 +1329,8 @@ struct rec_bf16_f8e7m0 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = true;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0xbf80bf80u), 0x5f805f80u, 0x00000000u);
@@ -1319,7 +1361,8 @@ struct rec_bf16_u1 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x00010001u) | magic, 0x3f803f80u, 0xc300c300u);
@@ -1350,7 +1393,8 @@ struct rec_bf16_u2 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x00030003u) | magic, 0x3f803f80u, 0xc300c300u);
@@ -1381,7 +1425,8 @@ struct rec_bf16_u3 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x00070007u) | magic, 0x3f803f80u, 0xc300c300u);
@@ -1412,7 +1457,8 @@ struct rec_bf16_u4 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3f803f80u, 0xc300c300u);
@@ -1443,7 +1489,8 @@ struct rec_bf16_u5 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x001f001fu) | magic, 0x3f803f80u, 0xc300c300u);
@@ -1474,7 +1521,8 @@ struct rec_bf16_u6 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x003f003fu) | magic, 0x3f803f80u, 0xc300c300u);
@@ -1505,7 +1553,8 @@ struct rec_bf16_u7 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
@@ -1536,7 +1585,8 @@ struct rec_bf16_u8 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16(hfma2_bf16((w[1] & 0x000f000fu) | magic, 0x41804180u, 0xc500c500u), 0x3f803f80u, hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3f803f80u, 0xc300c300u));
@@ -1567,7 +1617,8 @@ struct rec_bf16_i2 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x00030003u) | magic, 0x3f803f80u, 0xc302c302u);
@@ -1598,7 +1649,8 @@ struct rec_bf16_i3 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x00070007u) | magic, 0x3f803f80u, 0xc304c304u);
@@ -1629,7 +1681,8 @@ struct rec_bf16_i4 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3f803f80u, 0xc308c308u);
@@ -1660,7 +1713,8 @@ struct rec_bf16_i5 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x001f001fu) | magic, 0x3f803f80u, 0xc310c310u);
@@ -1691,7 +1745,8 @@ struct rec_bf16_i6 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x003f003fu) | magic, 0x3f803f80u, 0xc320c320u);
@@ -1722,7 +1777,8 @@ struct rec_bf16_i7 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x007f007fu) | magic, 0x3f803f80u, 0xc340c340u);
@@ -1753,7 +1809,8 @@ struct rec_bf16_i8 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16(hfma2_bf16((w[1] & 0x000f000fu) | magic, 0x41804180u, 0xc500c500u), 0x3f803f80u, hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3f803f80u, 0xc380c380u));
@@ -1784,7 +1841,8 @@ struct rec_bf16_f3e1m1 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x00070007u) | magic, 0x3f803f80u, 0xc304c304u);
@@ -1815,7 +1873,8 @@ struct rec_bf16_f3e2m0 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81808180u), 0x7e807e80u, 0x00000000u);
@@ -1846,7 +1905,8 @@ struct rec_bf16_f4e1m2 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3f003f00u, 0xc288c288u);
@@ -1877,7 +1937,8 @@ struct rec_bf16_f4e2m1 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81c081c0u), 0x7e807e80u, 0x00000000u);
@@ -1908,7 +1969,8 @@ struct rec_bf16_f4e3m0 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x83808380u), 0x7d807d80u, 0x00000000u);
@@ -1939,7 +2001,8 @@ struct rec_bf16_f5e1m3 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x001f001fu) | magic, 0x3e803e80u, 0xc210c210u);
@@ -1970,7 +2033,8 @@ struct rec_bf16_f5e2m2 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81e081e0u), 0x7e807e80u, 0x00000000u);
@@ -2001,7 +2065,8 @@ struct rec_bf16_f5e3m1 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x83c083c0u), 0x7d807d80u, 0x00000000u);
@@ -2032,7 +2097,8 @@ struct rec_bf16_f5e4m0 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x87808780u), 0x7b807b80u, 0x00000000u);
@@ -2063,7 +2129,8 @@ struct rec_bf16_f6e1m4 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x003f003fu) | magic, 0x3e003e00u, 0xc1a0c1a0u);
@@ -2094,7 +2161,8 @@ struct rec_bf16_f6e2m3 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81f081f0u), 0x7e807e80u, 0x00000000u);
@@ -2125,7 +2193,8 @@ struct rec_bf16_f6e3m2 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x83e083e0u), 0x7d807d80u, 0x00000000u);
@@ -2156,7 +2225,8 @@ struct rec_bf16_f6e4m1 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x87c087c0u), 0x7b807b80u, 0x00000000u);
@@ -2187,7 +2257,8 @@ struct rec_bf16_f7e1m5 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x007f007fu) | magic, 0x3d803d80u, 0xc140c140u);
@@ -2218,7 +2289,8 @@ struct rec_bf16_f7e2m4 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81f881f8u), 0x7e807e80u, 0x00000000u);
@@ -2249,7 +2321,8 @@ struct rec_bf16_f7e3m3 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x83f083f0u), 0x7d807d80u, 0x00000000u);
@@ -2280,7 +2353,8 @@ struct rec_bf16_f7e4m2 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x87e087e0u), 0x7b807b80u, 0x00000000u);
@@ -2311,7 +2385,8 @@ struct rec_bf16_f8e1m6 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16(hfma2_bf16((w[1] & 0x000f000fu) | magic, 0x3f003f00u, 0xc280c280u), 0x3f803f80u, hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3d003d00u, 0xc100c100u));
@@ -2342,7 +2417,8 @@ struct rec_bf16_f8e2m5 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81fc81fcu), 0x7e807e80u, 0x00000000u);
@@ -2373,7 +2449,8 @@ struct rec_bf16_f8e3m4 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x83f883f8u), 0x7d807d80u, 0x00000000u);
@@ -2404,7 +2481,8 @@ struct rec_bf16_f8e4m3 {
   static constexpr bool BF16 = true;
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
-  static constexpr bool TUNE = false;   // decode variants 1, 2 built
+  static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
+  static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x87f087f0u), 0x7b807b80u, 0x00000000u);
