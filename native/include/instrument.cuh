@@ -101,8 +101,10 @@ struct Profiler {
 
   struct Shared {
     uint2 rec[MAX_WARPS][BATCH];   // staged records (tag, stamp)
+    uint32_t *whead[MAX_WARPS];    // each warp's header in the global buffer (computed once, in begin())
     uint32_t begin_stamp[MAX_WARPS];
     unsigned long long clock0, gtime0;
+    uint32_t bid;                  // linear block id (the block header's word 1)
   };
   __device__ __forceinline__ static Shared &shared() {
     __shared__ Shared s;
@@ -131,10 +133,10 @@ struct Profiler {
     return blockIdx.x + (uint64_t)gridDim.x * (blockIdx.y + (uint64_t)gridDim.y * blockIdx.z);
   }
   __device__ __forceinline__ uint32_t *block_base() const { return buffer + bid_() * block_words(nwarps_(), capacity); }
-  __device__ __forceinline__ uint32_t *warp_header(uint32_t warp) const {
-    return block_base() + INSTR_BLOCK_HEADER_WORDS +
-           (uint64_t)warp * (INSTR_WARP_HEADER_WORDS + (uint64_t)capacity * INSTR_RECORD_WORDS);
-  }
+  // The warp's header: computed once in begin() (64-bit block offset from the 3-D block id and block size) and
+  // kept in shared memory, so end() -- on every block's critical path -- loads it instead of recomputing it
+  // (the recomputation was ~100 dependent instructions per warp at the end of each block).
+  __device__ __forceinline__ static uint32_t *warp_header(uint32_t warp) { return shared().whead[warp]; }
 
   // Call once per block, by every thread, before the first scope. Nothing is stored to global memory here.
   __device__ __forceinline__ void begin(uint32_t *buf, uint32_t cap) {
@@ -147,7 +149,12 @@ struct Profiler {
       if (tid == 0) {  // clocks of the block start (the header is written in end())
         shared().clock0 = clock();
         shared().gtime0 = NOGTIME ? 0ull : globaltimer();
+        shared().bid = (uint32_t)bid_();
       }
+      // every lane computes it (block-uniform terms on the uniform datapath, no branch around it), lane 0 stores it
+      uint32_t *const wh = block_base() + INSTR_BLOCK_HEADER_WORDS +
+                           (uint64_t)warp * (INSTR_WARP_HEADER_WORDS + (uint64_t)cap * INSTR_RECORD_WORDS);
+      if ((tid & 31) == 0) shared().whead[warp] = wh;
       const uint32_t s = stamp();
       if constexpr (STAGED) {
         if ((tid & 31) == 0) shared().begin_stamp[warp] = s;
@@ -164,7 +171,7 @@ struct Profiler {
     const uint32_t first = count - n;  // record index of the first staged record
     // when n > capacity only the newest `capacity` records survive: the others are not written, so no
     // two lanes of one store target the same slot
-    if (!NOSTORE && lane < n && lane + capacity >= n) {
+    if (!NOSTORE && lane < n && lane + capacity >= n) {  // (the __syncwarp above also publishes whead)
       const uint2 r = shared().rec[warp][(first + lane) & (BATCH - 1)];
       store2(warp_header(warp) + INSTR_WARP_HEADER_WORDS + (uint64_t)((first + lane) % capacity) * INSTR_RECORD_WORDS,
              r.x, r.y);
@@ -233,7 +240,7 @@ struct Profiler {
         const uint64_t c0 = shared().clock0, g0 = shared().gtime0;
         uint2 v = make_uint2(0u, 0u);
         switch (lane) {
-          case 0: v = make_uint2(INSTR_MAGIC, (uint32_t)bid_()); break;
+          case 0: v = make_uint2(INSTR_MAGIC, shared().bid); break;
           case 1: v = make_uint2(smid(), nwarps_()); break;
           case 2: v = make_uint2(capacity, USE_GLOBALTIMER ? INSTR_FLAG_GLOBALTIMER : 0u); break;
           case 3: v = make_uint2((uint32_t)c0, (uint32_t)(c0 >> 32)); break;
@@ -242,7 +249,7 @@ struct Profiler {
           case 6: v = make_uint2((uint32_t)g, (uint32_t)(g >> 32)); break;
           default: break;
         }
-        if (!NOSTORE && lane < 8) reinterpret_cast<uint2 *>(block_base())[lane] = v;
+        if (!NOSTORE && lane < 8) reinterpret_cast<uint2 *>(warp_header(0) - INSTR_BLOCK_HEADER_WORDS)[lane] = v;
       }
     }
   }
