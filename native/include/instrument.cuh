@@ -91,8 +91,11 @@ __device__ __forceinline__ void store2(uint32_t *p, uint32_t a, uint32_t b) {
 
 // USE_GLOBALTIMER: stamp records with %globaltimer (ns) instead of the SM cycle counter.
 // MAX_WARPS: warps per block the shared-memory batches are sized for (blocks of up to 32*MAX_WARPS threads).
+// FLAT: the kernel's blocks are 1-D and its grid at most 2-D (every kernel of native/): thread, warp and block
+// ids from threadIdx.x / blockIdx.x,y only -- begin() runs before the kernel's first loads, so its few dozen
+// instructions of 3-D index arithmetic delay every block (native/NOTES.md section 12).
 template <bool ENABLED, bool USE_GLOBALTIMER = false, int MODE = INSTR_MODE_STAGED, int MAX_WARPS = 8,
-          int BATCH = 16>
+          int BATCH = 16, bool FLAT = false>
 struct Profiler {
   static_assert(BATCH >= 1 && BATCH <= 32 && (BATCH & (BATCH - 1)) == 0, "BATCH: a power of two <= 32");
   static constexpr bool STAGED = INSTR_MODE_BASE(MODE) != INSTR_MODE_DIRECT;
@@ -126,11 +129,16 @@ struct Profiler {
   }
 
   __device__ __forceinline__ static uint32_t tid_() {
-    return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    if constexpr (FLAT) return threadIdx.x;
+    else return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   }
-  __device__ __forceinline__ static uint32_t nwarps_() { return (blockDim.x * blockDim.y * blockDim.z + 31) / 32; }
+  __device__ __forceinline__ static uint32_t nwarps_() {
+    if constexpr (FLAT) return (blockDim.x + 31) / 32;
+    else return (blockDim.x * blockDim.y * blockDim.z + 31) / 32;
+  }
   __device__ __forceinline__ static uint64_t bid_() {
-    return blockIdx.x + (uint64_t)gridDim.x * (blockIdx.y + (uint64_t)gridDim.y * blockIdx.z);
+    if constexpr (FLAT) return blockIdx.x + (uint64_t)gridDim.x * blockIdx.y;
+    else return blockIdx.x + (uint64_t)gridDim.x * (blockIdx.y + (uint64_t)gridDim.y * blockIdx.z);
   }
   __device__ __forceinline__ uint32_t *block_base() const { return buffer + bid_() * block_words(nwarps_(), capacity); }
   // The warp's header: computed once in begin() (64-bit block offset from the 3-D block id and block size) and
@@ -152,8 +160,11 @@ struct Profiler {
         shared().bid = (uint32_t)bid_();
       }
       // every lane computes it (block-uniform terms on the uniform datapath, no branch around it), lane 0 stores it
-      uint32_t *const wh = block_base() + INSTR_BLOCK_HEADER_WORDS +
-                           (uint64_t)warp * (INSTR_WARP_HEADER_WORDS + (uint64_t)cap * INSTR_RECORD_WORDS);
+      // (32-bit words per warp and per block -- a buffer region of < 2^32 words per block, i.e. capacity < 2^26
+      // records per warp -- and one 64-bit product for the block's offset)
+      const uint32_t ww = INSTR_WARP_HEADER_WORDS + cap * INSTR_RECORD_WORDS;
+      uint32_t *const wh = buf + (uint64_t)(uint32_t)bid_() * (INSTR_BLOCK_HEADER_WORDS + nwarps_() * ww) +
+                           (INSTR_BLOCK_HEADER_WORDS + warp * ww);
       if ((tid & 31) == 0) shared().whead[warp] = wh;
       const uint32_t s = stamp();
       if constexpr (STAGED) {
@@ -265,6 +276,10 @@ inline bool with_mode(int mode, F &&f) {
   INSTR_MODE_STAGED, INSTR_MODE_WARP0, INSTR_MODE_DIRECT, INSTR_MODE_STAGED | INSTR_DIAG_NOSTORE,         \
       INSTR_MODE_STAGED | INSTR_DIAG_NOGTIME, INSTR_MODE_STAGED | INSTR_DIAG_NORECORD,                    \
       INSTR_MODE_STAGED | INSTR_DIAG_NOSTORE | INSTR_DIAG_NOGTIME | INSTR_DIAG_NORECORD
+
+// The Profiler of native/'s kernels: 1-D blocks, grids of at most 2 dimensions.
+template <bool ENABLED, int MODE = INSTR_MODE_STAGED, int MAX_WARPS = 8>
+using FlatProfiler = Profiler<ENABLED, false, MODE, MAX_WARPS, 16, true>;
 
 // RAII helper: instr::Scope<P> s(prof, ID); ... exits at the end of the C++ scope.
 template <typename P>

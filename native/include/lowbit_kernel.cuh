@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
   static_assert(KSTEP == kstep_for(BITS) && (CHUNKS * BITS) % 4 == 0, "layout");
   extern __shared__ __align__(16) uint8_t smem[];
 
-  instr::Profiler<PROF> prof;
+  instr::FlatProfiler<PROF> prof;
   prof.begin(p.prof, p.prof_cap);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;

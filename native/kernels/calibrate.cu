@@ -7,7 +7,7 @@
 namespace {
 template <bool PROF, int MODE = INSTR_MODE_STAGED>
 __global__ void calibrate_kernel(uint64_t spin_cycles, unsigned long long *sink, uint32_t *prof_buf, uint32_t cap) {
-  instr::Profiler<PROF, false, MODE, 32> prof;  // up to 1024 threads
+  instr::FlatProfiler<PROF, MODE, 32> prof;  // up to 1024 threads
   prof.begin(prof_buf, cap);
   prof.enter(0);
   const uint64_t t0 = instr::clock();

@@ -20,7 +20,7 @@ __global__ void __launch_bounds__(THREADS) matmul_kernel(const half *__restrict_
                                                          uint32_t *prof_buf, uint32_t cap) {
   __shared__ __align__(32) half As[BM * LDA];
   __shared__ __align__(32) half Bs[BK * LDB];
-  instr::Profiler<PROF, false, MODE> prof;
+  instr::FlatProfiler<PROF, MODE> prof;  // 2-D grid, 1-D blocks
   prof.begin(prof_buf, cap);
 
   const int tid = threadIdx.x, warp = tid / 32;

@@ -31,7 +31,7 @@ template <bool PROF, int MODE = INSTR_MODE_STAGED>
 __global__ void __launch_bounds__(THREADS) softmax_kernel(const half *__restrict__ x, half *__restrict__ y, int cols,
                                                           uint32_t *prof_buf, uint32_t cap) {
   __shared__ float red[THREADS / 32];
-  instr::Profiler<PROF, false, MODE> prof;
+  instr::FlatProfiler<PROF, MODE> prof;
   prof.begin(prof_buf, cap);
   const size_t base = (size_t)blockIdx.x * cols;
   float v[ITEMS];
