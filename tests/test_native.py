@@ -314,3 +314,14 @@ def test_raw_bytes_and_bad_buffer():
     assert D.decode(raw.tobytes(), NAMES).scope_totals() == D.decode(raw, NAMES).scope_totals()
     with pytest.raises(ValueError):
         D.decode(np.zeros(64, dtype=np.uint32), NAMES)
+
+
+def test_instr_diag_cli_without_gpu(capsys):
+    """native.instr_diag refuses unknown kernels, and says `unavailable` (exit 2) where no GPU is visible."""
+    torch = pytest.importorskip("torch")
+    from native import instr_diag
+    assert instr_diag.main(["--kernels", "matmul,bogus"]) == 2
+    assert "unknown kernels" in capsys.readouterr().out
+    if not torch.cuda.is_available():
+        assert instr_diag.main([]) == 2
+        assert "unavailable" in capsys.readouterr().out
