@@ -133,9 +133,9 @@ BULK_RECIPES = LL.BULK                                    # f16 recipes built wi
 # The default, "auto": per (recipe, mt) the variant the H200 runs measured fastest (native/NOTES.md sections 9
 # and 12), lean for the other TUNED recipes, bulk for the other BULK recipes, base for the rest: base for u1 at
 # M > 8 (mt2: lean 0-3.4% slower in both flushes, its loop no shorter); bulk (one TMA copy of a stage's weights)
-# for u8 and f6e3m2 (8-20% faster than lean at all 12 points of 3 shapes x M 1 / 16) and u2 (faster at 4 of 6
-# points, 0.1-2% slower at the other 2); 4-bit stays on lean (bulk 3-12% slower at all 6 points each of u4 and
-# i4). Every variant stays selectable.
+# for u8 and f6e3m2 (6-19% faster than lean at all 12 points of 3 shapes x M 1 / 16) and u2 (faster at 4 of 6
+# points, 0.2-2.3% slower at the other 2); 4-bit stays on lean (bulk 1.6-13% slower at 11 of the 12 points of u4 and
+# i4, a tie at the 12th). Every variant stays selectable.
 AUTO_VARIANT = {("f16_u1", 2): "base", ("f16_u2", 1): "bulk", ("f16_u2", 2): "bulk",
                 ("f16_u8", 1): "bulk", ("f16_u8", 2): "bulk", ("f16_f6e3m2", 1): "bulk", ("f16_f6e3m2", 2): "bulk"}
 DEFAULT_VARIANT = "auto"
