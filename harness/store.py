@@ -45,13 +45,16 @@ class ShardWriter:
 
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # the lock first, the shard second: a shard that exists is always held by its live writer or by nobody,
+        # so another job's orphan_shards() never folds (and deletes) a shard that is being written (the other
+        # order left a window in which a job starting at the same moment took a fresh shard for an orphan)
+        self._lock = open(_lock_path(self.path), "a")
+        fcntl.flock(self._lock, fcntl.LOCK_EX)      # released when the process ends, however it ends
         if not self.path.exists() or self.path.stat().st_size == 0:
             with open(self.path, "w", newline="") as f:
                 csv.writer(f).writerow(SCHEMA)
         else:
             _check_header(self.path)
-        self._lock = open(_lock_path(self.path), "w")
-        fcntl.flock(self._lock, fcntl.LOCK_EX)      # released when the process ends, however it ends
 
     def close(self) -> None:
         if self._lock is not None:
@@ -216,11 +219,12 @@ def merge(exp_dir: Path, only: list[Path] | None = None) -> Path:
     import fcntl
 
     exp_dir = Path(exp_dir)
-    shards = shard_files(exp_dir) if only is None else [Path(p) for p in only if Path(p).exists()]
     out = exp_dir / "results.csv"
     exp_dir.mkdir(parents=True, exist_ok=True)
     with open(exp_dir / ".merge.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        # listed under the lock: a shard that another job's merge folded while this one waited is gone
+        shards = shard_files(exp_dir) if only is None else [Path(p) for p in only if Path(p).exists()]
         parts = [read_csv(p) for p in shards]          # raises SchemaError naming the bad shard
         if out.exists():
             parts.append(read_csv(out))

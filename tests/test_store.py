@@ -200,3 +200,25 @@ def test_a_live_jobs_shard_is_not_an_orphan(tmp_path):
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "0"
     w.close()
     assert orphan_shards(tmp_path) == [w.path]
+
+
+def test_shard_lock_is_held_before_the_shard_exists(tmp_path, monkeypatch):
+    """A job that starts while another creates its shard must never see that shard unlocked (it would fold it as
+    an orphan and delete it under the writer: the concurrent-jobs test once lost a job's 12 points that way)."""
+    import fcntl
+    from harness.store import orphan_shards
+    shard = tmp_path / "shards" / "a.csv"
+    seen = []
+    real = fcntl.flock
+
+    def spy(f, op):
+        seen.append(shard.exists())
+        return real(f, op)
+
+    monkeypatch.setattr(fcntl, "flock", spy)
+    w = ShardWriter(shard)
+    assert seen[0] is False and shard.exists()
+    monkeypatch.setattr(fcntl, "flock", real)
+    assert orphan_shards(tmp_path) == []
+    w.close()
+    assert orphan_shards(tmp_path) == [shard]
