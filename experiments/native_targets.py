@@ -8,8 +8,6 @@ and 12 hold the measurements it summarises).
 """
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
@@ -17,8 +15,12 @@ KEY = ["K", "N", "M", "weight_dtype"]
 
 
 def bits(dtype: str) -> int:
-    m = re.fullmatch(r"[ui](\d+)|f(\d+)e\d+m\d+", dtype)
-    return int(m.group(1) or m.group(2)) if m else 16
+    """Code width of a low-bit weight type (kernels.lowbit.formats); 16 for f16 / bf16."""
+    from kernels.lowbit.formats import parse_format
+    try:
+        return parse_format(dtype).bits
+    except ValueError:
+        return 16
 
 
 def floor_target(dtype: str) -> float:

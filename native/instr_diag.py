@@ -33,9 +33,19 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", type=int, default=30)
     ap.add_argument("--buffer-records", type=int, default=1024)
     a = ap.parse_args(argv)
+    from native.tune import _check_json_path
+    try:
+        _check_json_path(a.json)
+        for flag, v in (("--rounds", a.rounds), ("--samples", a.samples), ("--buffer-records", a.buffer_records)):
+            if v < 1:
+                raise ValueError(f"{flag} must be >= 1, got {v}")
+    except ValueError as e:
+        print(f"config error: {e}")
+        return 2
     import torch
     from harness.timing import Timer
     from native import native_kernels as nk
+    from native.check import rel_err
     kernels = [k for k in a.kernels.split(",") if k]
     bad = [k for k in kernels if k not in KERNELS]
     if bad:
@@ -59,10 +69,7 @@ def main(argv=None) -> int:
         for m in modes:
             runs[m] = lambda m=m: nk.run(name, inputs, True, a.buffer_records, host=False, buffer=buf, clear=False,
                                          mode=m)
-        errs = {}
-        for key, fn in runs.items():
-            y = fn()[0].double()
-            errs[key] = float((y - ref).norm() / ref.norm().clamp_min(1e-30))
+        errs = {key: rel_err(fn()[0], ref) for key, fn in runs.items()}
         ok = all(e <= TOL for e in errs.values())
         rec = {"blocks": blocks, "warps": warps, "rel_err": errs, "ok": ok, "ms": {k: [] for k in runs}}
         if ok:

@@ -66,6 +66,48 @@ def _check(fn, x, w64, lowbit) -> tuple[bool, float | None, str]:
         return False, None, f"{type(ex).__name__}: {ex}"
 
 
+def _check_json_path(path) -> None:
+    """--json must name a file that can be written (checked before the GPU work whose numbers it keeps)."""
+    if path is None:
+        return
+    from pathlib import Path
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"--json {path!r} is a directory, not a file")
+    if not p.parent.is_dir():
+        raise ValueError(f"--json {path!r}: directory {str(p.parent)!r} does not exist")
+
+
+def _parse_ints(flag: str, text) -> list[int]:
+    if not text:
+        return []
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} takes positive integers separated by commas, got {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise ValueError(f"{flag} takes positive integers separated by commas, got {text!r}")
+    return vals
+
+
+def _parse_points(text) -> list[tuple[str, int, int, int]]:
+    """--point "fmt,K,N,M;...": each a weight format of kernels.lowbit.formats and three positive integers."""
+    from kernels.lowbit.formats import parse_format
+    out = []
+    for pt in filter(None, (p.strip() for p in (text or "").split(";"))):
+        parts = [p.strip() for p in pt.split(",")]
+        if len(parts) != 4:
+            raise ValueError(f"--point: {pt!r} is not fmt,K,N,M")
+        fmt = parse_format(parts[0]).name
+        dims = _parse_ints(f"--point {pt!r}: K,N,M", ",".join(parts[1:]))
+        if len(dims) != 3:
+            raise ValueError(f"--point: {pt!r} is not fmt,K,N,M")
+        out.append((fmt, *dims))
+    if text and not out:
+        raise ValueError(f"--point: no point in {text!r}")
+    return out
+
+
 def _point(a, variants, prep, dt) -> int:
     """Points ("fmt,K,N,M;..."), each checked against float64 per variant and grid, then either launched
     a.launches times (a profiler's target) or, with --grid-mults, timed at each multiple of the default
@@ -74,12 +116,10 @@ def _point(a, variants, prep, dt) -> int:
     from harness.timing import Timer
     from kernels.lowbit.formats import dequantize_ref, random_quantized
     from native import lowbit
-    mults = [int(m) for m in a.grid_mults.split(",")] if a.grid_mults else []
+    mults = a.mults
     timer, clean = (Timer(samples=a.samples, warmup_ms=10), CleanTimer(a.samples)) if mults else (None, None)
     bad, rows = 0, []
-    for pt in filter(None, a.point.split(";")):
-        fmt, K, N, M = pt.split(",")
-        K, N, M = int(K), int(N), int(M)
+    for fmt, K, N, M in a.points:
         g = -1 if fmt.startswith("f") else 128
         qw = random_quantized(K, N, fmt, g, dt, seed=7, device="cuda")
         w64 = dequantize_ref(qw, device="cuda")
@@ -147,6 +187,17 @@ def main(argv=None):
     ap.add_argument("--grid-mults", default=None, metavar="1,2,4",
                     help="with --point: time each point at these multiples of the default grid")
     a = ap.parse_args(argv)
+    try:
+        a.points, a.mults = _parse_points(a.point), _parse_ints("--grid-mults", a.grid_mults)
+        if a.mults and not a.points:
+            raise ValueError("--grid-mults times the points of --point: give --point too")
+        _check_json_path(a.json)
+        for flag, v in (("--samples", a.samples), ("--launches", a.launches)):
+            if v < 1:
+                raise ValueError(f"{flag} must be >= 1, got {v}")
+    except ValueError as e:   # before any GPU work: one line naming the value
+        print(f"config error: {e}")
+        return 2
     t0 = time.time()
     from harness.timing import Timer, measure_read_bandwidth
     from kernels import Unavailable
@@ -172,7 +223,7 @@ def main(argv=None):
             return lowbit.LowbitMatmul(pw, mod, grid, v)
         return lowbit.prepare(qw, dt, variant=v, grid=grid, mod=mod)
 
-    if a.point:
+    if a.points:
         return _point(a, variants, prep, dt)
 
     # 1. correctness on small padded shapes

@@ -322,6 +322,27 @@ def test_instr_diag_cli_without_gpu(capsys):
     from native import instr_diag
     assert instr_diag.main(["--kernels", "matmul,bogus"]) == 2
     assert "unknown kernels" in capsys.readouterr().out
+    assert instr_diag.main(["--rounds", "0"]) == 2
+    assert "--rounds must be >= 1" in capsys.readouterr().out
     if not torch.cuda.is_available():
         assert instr_diag.main([]) == 2
         assert "unavailable" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,msg", [(["--point", "u9,1,2,3"], "u9"), (["--point", "u4,8192,x,1"], "positive integers"),
+                                      (["--point", "u4,1,2"], "fmt,K,N,M"), (["--point", "u4,1,1,1", "--grid-mults", "0"],
+                                                                            "--grid-mults"),
+                                      (["--grid-mults", "2"], "give --point"), (["--samples", "0"], "--samples"),
+                                      (["--json", "/"], "directory")])
+def test_tune_cli_rejects_bad_values_before_gpu_work(argv, msg, capsys):
+    pytest.importorskip("torch")
+    from native import tune
+    assert tune.main(argv) == 2
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("config error:") and msg in out and len(out.splitlines()) == 1
+
+
+def test_tune_point_parsing():
+    from native.tune import _parse_points
+    assert _parse_points("u4,8192,57344,1; F6E3M2,8192,8192,16;") == [("u4", 8192, 57344, 1), ("f6e3m2", 8192, 8192, 16)]
+    assert _parse_points(None) == []
