@@ -125,8 +125,10 @@ def _mt(pw: PackedWeight, M: int) -> int:
     return 1 if M <= 8 else 2
 
 
-DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3}   # native/include/lowbit_kernel.cuh (GemvParams::variant)
-PROF_VARIANTS = {0, 1, 3}                                # those with an instrumented build (native/include/lowbit_launch.cuh)
+# native/include/lowbit_kernel.cuh (GemvParams::variant); *_dyn: part of the work handed out at run time
+DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3, "lean_dyn": 4, "bulk_dyn": 5}
+PROF_VARIANTS = {0, 1, 3, 4, 5}                          # those with an instrumented build (native/include/lowbit_launch.cuh)
+BULK_VARIANTS = {3, 5}                                   # built for BULK_RECIPES (the others for TUNED_RECIPES)
 VARIANT_NAMES = {v: k for k, v in DECODE_VARIANTS.items()}
 TUNED_RECIPES = LL.TUNED                                  # f16 recipes built with variants lean / lean3 too
 BULK_RECIPES = LL.BULK                                    # f16 recipes built with variant bulk (TUNED + other 5-8 bit)
@@ -152,7 +154,7 @@ def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = Fals
     if variant == "auto":
         variant = AUTO_VARIANT.get((name, mt), "lean" if name in TUNED_RECIPES else "bulk")
     v = DECODE_VARIANTS[variant]
-    built = BULK_RECIPES if v == 3 else TUNED_RECIPES
+    built = BULK_RECIPES if v in BULK_VARIANTS else TUNED_RECIPES
     v = v if (name in built and not pw.xsplit) else 0
     if prof and v not in PROF_VARIANTS:
         raise Unsupported(f"the instrumented decode kernel is built for the variants "
@@ -190,7 +192,7 @@ class LowbitMatmul:
         if pw.xsplit:
             xin = torch.empty(2 * M, L.K, dtype=torch.bfloat16, device=self.dev)
             self.mod.lowbit_xsplit(x, xin)
-        y32, cnt = _workspace(self.dev, M * L.Npad, L.nblocks)
+        y32, cnt = _workspace(self.dev, M * L.Npad, L.nblocks + 2)
         try:
             used = self.mod.lowbit_gemv(pw.rec.name, _mt(pw, M), pw.xsplit, prof is not None, pw.words, pw.scales,
                                         pw.stab, xin, y, y32, cnt, M, L.K, L.N, L.Npad, L.iters, L.nblocks,

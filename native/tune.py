@@ -134,6 +134,9 @@ def _point(a, variants, prep, dt) -> int:
                 bad += not ok
                 if ok and mults:
                     r["ms"], r["ms_clean"] = timer(lambda: fn(x)).median_ms, clean(lambda: fn(x))
+                    ok, e2, msg = _check(fn, x, w64, lowbit)   # still right (and the workspace zero) after the runs
+                    r.update(ok=ok, err_after=e2)
+                    bad += not ok
                 elif ok:
                     for _ in range(a.launches):
                         fn(x)

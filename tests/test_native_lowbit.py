@@ -17,7 +17,7 @@ from kernels.baselines import Case
 from kernels.lowbit.formats import ALL_FORMAT_NAMES, dequantize_ref, parse_format, random_quantized
 from native import build, lowbit
 from native import lowbit_layout as LL
-from native.lowbit_emulate import emulate_gemv
+from native.lowbit_emulate import block_ranges, dyn_split, emulate_gemv
 
 ACTS = {"f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -133,6 +133,44 @@ def test_schedule_emulation_matches_float64_reference(fmt, act, group, K, N, M, 
         assert stats["atomic_pieces"] > 0
 
 
+DYN_SCHEDULES = [  # fmt, act, group, K, N, M, grid, S, (eighths, divisor)
+    ("u4", "f16", 128, 2048, 1024, 1, 3, 4, (5, 8)),    # chunks crossing n-blocks: atomic pieces
+    ("u8", "f16", 64, 1024, 768, 16, 2, 3, (4, 16)),    # small chunks (= S), many pieces
+    ("u2", "f16", -1, 4096, 512, 5, 2, 4, (0, 8)),      # everything dynamic after the first S stages
+    ("i4", "f16", -1, 1024 + 8, 600, 9, 2, 4, (5, 8)),   # K, N padding, per channel
+]
+
+
+@pytest.mark.parametrize("fmt,act,group,K,N,M,grid,S,frac", DYN_SCHEDULES)
+def test_dynamic_schedule_matches_float64_reference(fmt, act, group, K, N, M, grid, S, frac):
+    """Variants lean_dyn / bulk_dyn: static ranges plus chunks taken from a counter in whatever order the blocks
+    get to it (three random orders): the ranges tile the work exactly once, every n-block is stored once, and y
+    matches float64."""
+    dt = ACTS[act]
+    qw = random_quantized(K, N, fmt, group, dt, seed=K + N)
+    pw = lowbit.pack(qw)
+    T = pw.L.nblocks * pw.L.iters
+    dyn = dyn_split(T, grid, S, *frac)
+    assert dyn[1] >= S and dyn[0] >= S, dyn           # the kernel's ring fill needs ranges of >= S - 1 stages
+    x = torch.randn(M, K, generator=torch.Generator().manual_seed(M)).to(dt)
+    ref = x.double() @ dequantize_ref(qw)
+    for seed in range(3):
+        ranges = block_ranges(T, grid, dyn, seed)
+        assert sum(len(r) for r in ranges) > grid         # some block took a chunk
+        y, stats = emulate_gemv(pw, x, grid, dyn, seed)
+        assert torch.allclose(y, ref, rtol=1e-10, atol=1e-12), float((y - ref).abs().max())
+        assert stats["direct"] + stats["finished"] == pw.L.nblocks
+
+
+def test_dynamic_split_mirrors_the_launcher():
+    """dyn_split is the Python mirror of lowbit_launch.cuh's: same defaults, shares under 2 S stay static."""
+    src = (build.INCLUDE / "lowbit_launch.cuh").read_text()
+    assert "int eighths = 5, div = 8;" in src and "share < 2 * S || eighths == 8" in src
+    assert dyn_split(14336, 264, 4) == (33, 6, 264 * 33)     # K = 8192, N = 57344, u4 on an H200
+    assert dyn_split(2048, 264, 4)[1] == 0                    # 7 stages per block: static
+    assert dyn_split(1000, 10, 4, 8, 8)[1] == 0
+
+
 def test_decode_variants_exist_for_every_choice():
     """_mt() only asks for variants native/include/lowbit_launch.cuh builds."""
     src = (build.INCLUDE / "lowbit_launch.cuh").read_text()
@@ -160,10 +198,10 @@ def test_decode_variants_are_built_for_the_tuned_recipes():
     assert "#define LOWBIT_RECIPES_TUNED(X) " + " ".join(f"X(rec_{n})" for n in
                                                         [r.name for r in LL.all_recipes() if r.name in LL.TUNED]) in head
     src = (build.INCLUDE / "lowbit_launch.cuh").read_text()
-    for v in (1, 2, 3):
+    for v in (1, 2, 3, 4, 5):
         for mt in (1, 2):
             assert f"launch_gemv<R, {mt}, false, false, false, {v}>" in src
-    assert set(lowbit.DECODE_VARIANTS.values()) == {0, 1, 2, 3}
+    assert set(lowbit.DECODE_VARIANTS.values()) == {0, 1, 2, 3, 4, 5}
     assert "R::BULK" in src and set(LL.TUNED) <= set(LL.BULK)
     for r in LL.all_recipes():   # bulk: every TUNED recipe and every other f16 recipe of 5-8 bits
         assert (r.name in LL.BULK) == (r.name in LL.TUNED or (r.target == "f16" and r.bits >= 5)), r.name
@@ -196,6 +234,8 @@ def test_default_variant_per_recipe_and_tiles():
             assert lowbit.variant_for(pw, "base", mt) == 0
             assert lowbit.variant_for(pw, "lean3", mt) == (2 if tuned else 0)
             assert lowbit.variant_for(pw, "bulk", mt) == (3 if bulk else 0)
+            assert lowbit.variant_for(pw, "bulk_dyn", mt) == (5 if bulk else 0)
+            assert lowbit.variant_for(pw, "lean_dyn", mt) == (4 if tuned else 0)
     with pytest.raises(KeyError):
         lowbit.variant_for(pw, "fast")
 
@@ -205,7 +245,7 @@ def test_instrumented_decode_runs_the_plain_calls_variant():
     so proton_fig15's overhead ratio compares one kernel with itself; the header builds exactly PROF_VARIANTS
     for the PROF recipes (f16 u4), at both tile counts, and nothing else is asked for."""
     src = (build.INCLUDE / "lowbit_launch.cuh").read_text()
-    for v in (0, 1, 2, 3):
+    for v in (0, 1, 2, 3, 4, 5):
         for mt in (1, 2):
             tail = "" if v == 0 else f", {v}"
             assert (f"launch_gemv<R, {mt}, false, false, true{tail}>" in src) == (v in lowbit.PROF_VARIANTS), (v, mt)

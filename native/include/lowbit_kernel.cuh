@@ -41,7 +41,17 @@ __host__ __device__ constexpr int scale_bytes(bool zero) { return zero ? 128 : 6
 //     an mbarrier per ring slot, instead of VEC 16-byte cp.async per thread (ncu on the H200: those are
 //     counted as 2x the ideal L2 sectors with a 51% L2 hit rate, L2 73-85% busy at 62-75% of DRAM, and
 //     ~4 loader instructions per warp per vector).  Scales and x stay on cp.async.
-constexpr int NVARIANTS = 4;
+//   4 "lean_dyn", 5 "bulk_dyn": variants 1 / 3 with part of the work handed out at run time.  Each block
+//     starts on a static range of dyn_static stages; the rest of the (n-block, iteration) space is taken in
+//     chunks of dyn_chunk stages from a global counter (counters[nblocks]; counters[nblocks + 1] counts the
+//     blocks that finished, and the last one re-zeroes both).  Thread 0 takes the next chunk as soon as the
+//     loader starts the current one, into a small ring of ranges in shared memory that the loader and the
+//     compute loop (S - 1 stages behind it) both walk, so the pipeline runs across chunks without a gap.
+//     Why: equal static ranges end 74-89 us apart on the H200 (u4 M=1, native/NOTES.md section 12), and the
+//     kernel ends with its slowest block; more, smaller static ranges (grid multiples) were slower.
+constexpr int NVARIANTS = 6;
+__host__ __device__ constexpr bool variant_bulk(int v) { return v == 3 || v == 5; }
+__host__ __device__ constexpr bool variant_dyn(int v) { return v >= 4; }
 __host__ __device__ constexpr int variant_blocks(int v) { return v == 2 ? 3 : 2; }
 __host__ __device__ constexpr int variant_stages(int bits, int v) { return stages_for(bits) - (v == 2 ? 1 : 0); }
 // x rows a stage holds: MX (variant 0) or all rows of the MT tiles
@@ -89,11 +99,21 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
 
   // this block's contiguous range of the flattened (n-block, iteration) space
   const int T = p.nblocks * p.iters;
+  constexpr bool BULK = variant_bulk(V), DYN = variant_dyn(V);
+  const bool dyn = DYN && p.dyn_chunk > 0;
   const int per = T / gridDim.x, rem = T % gridDim.x, b = blockIdx.x;
-  const int f_begin = b * per + min(b, rem);
-  const int f_end = f_begin + per + (b < rem ? 1 : 0);
-  constexpr bool BULK = V == 3;
-  __shared__ __align__(8) uint64_t wbar[BULK ? S : 1];  // variant 3: one mbarrier per ring slot
+  const int f_begin = dyn ? b * p.dyn_static : b * per + min(b, rem);
+  const int f_end = dyn ? f_begin + p.dyn_static : f_begin + per + (b < rem ? 1 : 0);
+  // variants 4, 5: ranges of flat stages, range r in rq[r % 8] (range 0 is [f_begin, f_end)); an empty range
+  // (begin >= T) ends the block.  Written by thread 0 only, read by all after at least one __syncthreads.
+  __shared__ int2 rq[DYN ? 8 : 1];
+  if constexpr (DYN) {
+    if (tid == 0) {
+      const int s = dyn ? p.dyn_base + atomicAdd(p.counters + p.nblocks, p.dyn_chunk) : T;
+      rq[1] = make_int2(s, min(s + p.dyn_chunk, T));
+    }
+  }
+  __shared__ __align__(8) uint64_t wbar[BULK ? S : 1];  // bulk variants: one mbarrier per ring slot
   const uint32_t bar0 = smem_u32(wbar);
   if constexpr (BULK) {
     if (tid == 0) {
@@ -117,6 +137,10 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
   uint32_t lso = 0;      // ring offset of the next stage
   const uint4 *lwb = static_cast<const uint4 *>(p.wq) + (size_t)f_begin * WSTRIDE;  // variant 3: the stage's words
   int lslot = 0;         // ring slot of the next stage (variant 3: its mbarrier)
+  int lf = f_begin, lend = f_end, lrk = 0;  // variants 4, 5: the next stage's flat index, its range's end and index
+  // thread 0: the chunk taken when the loader entered range lrk (the next range, rq[(lrk + 1) % 8]), published at
+  // the end of the iteration so that the atomic's latency hides behind the stage's compute; -1: none pending
+  int pend = -1;
   // variant >= 1: per-thread copy addresses computed once (x chunks of this thread: row, 16-byte column)
   constexpr int XPTV = (MT * 8 * XCH + THREADS - 1) / THREADS;
   const uint16_t *xsrc[XPTV];
@@ -148,6 +172,24 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
       lit = 0;
       lk = 0;
       ls += s_nb;
+    }
+    if constexpr (DYN) {
+      if (++lf == lend) {  // the next range (taken by thread 0 when this one started, >= 1 barrier ago)
+        const int2 r = rq[++lrk & 7];
+        if (r.x < T) {
+          lf = r.x;
+          lend = r.y;
+          lnb = lf / p.iters;
+          lit = lf - lnb * p.iters;
+          lk = lit * KSTEP;
+          lw = static_cast<const uint4 *>(p.wq) + (size_t)lf * WSTRIDE + warp * (32 * VEC) + lane;
+          lwb = static_cast<const uint4 *>(p.wq) + (size_t)lf * WSTRIDE;
+          ls = static_cast<const uint4 *>(p.sc) + (size_t)lnb * s_nb + (size_t)warp * p.ngroups * (SB / 16);
+          if (tid == 0 && dyn) pend = p.dyn_base + atomicAdd(p.counters + p.nblocks, p.dyn_chunk);
+        } else {
+          lf = T;  // nothing more to load
+        }
+      }
     }
   };
   auto issue_lean = [&]() {
@@ -206,7 +248,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
 
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
-    if (f_begin + s < f_end) issue();
+    if (DYN ? lf < T : f_begin + s < f_end) issue();
     cp_async_commit();
   }
 
@@ -270,7 +312,8 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
   int cso = 0;  // ring offset of the stage being computed
   int cslot = 0;
   uint32_t cphase = 0;  // variant 3: the slot's mbarrier phase this use waits for
-  for (int f = f_begin; f < f_end; ++f) {
+  int fend = f_end, crk = 0;  // the end of the range being computed and its index (changes in variants 4, 5 only)
+  for (int f = f_begin; f < fend;) {
     prof.enter(S_WAIT);
     cp_async_wait<S - 2>();
     if constexpr (BULK) {
@@ -291,7 +334,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
       pin(lso);
       pin(lk);
     }
-    if (f + S - 1 < f_end) issue();
+    if (DYN ? lf < T : f + S - 1 < f_end) issue();
     cp_async_commit();
 
     const uint8_t *st = stages + cso;
@@ -352,7 +395,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
     prof.exit(S_COMPUTE);
 
 #ifndef LOWBIT_SASS_STEADY  // (defined only by native/sass.py to count the steady-state loop)
-    if (it == p.iters - 1 || f == f_end - 1) {  // end of this block's piece of n-block nb
+    if (it == p.iters - 1 || f == fend - 1) {  // end of this block's piece of n-block nb
       prof.enter(S_OUTPUT);
       if (!((fmask >> (CHUNKS - 1)) & 1)) flush(ssm + sidx * SB);  // the last group is open: its partial sum
       const int n0 = nb * BN + warp * 32 + g;
@@ -414,8 +457,30 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
       seg_start = 0;
     }
     cso = (cso + stage_bytes == ring_bytes) ? 0 : cso + stage_bytes;
+    ++f;
+    if constexpr (DYN) {
+      if (pend >= 0) {  // (thread 0 only) read by the loader after the next barrier at the earliest
+        rq[(lrk + 1) & 7] = make_int2(pend, min(pend + p.dyn_chunk, T));
+        pend = -1;
+      }
+      if (f == fend) {  // the next range: the loader read it from rq >= S - 1 stages ago
+        const int2 r = rq[++crk & 7];
+        if (r.x >= T) break;
+        f = r.x;
+        fend = r.y;
+        nb = f / p.iters;
+        it = f - nb * p.iters;
+        seg_start = it;
+      }
+    }
   }
   cp_async_wait<0>();
+  if constexpr (DYN) {  // the last block out re-zeroes the chunk counter for the next launch
+    if (dyn && tid == 0 && atomicAdd(p.counters + p.nblocks + 1, 1) == (int)gridDim.x - 1) {
+      p.counters[p.nblocks] = 0;
+      p.counters[p.nblocks + 1] = 0;
+    }
+  }
 #ifdef LOWBIT_SASS_STEADY  // keep the accumulation live without the output code
   {
     float sum = 0.f;
