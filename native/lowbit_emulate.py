@@ -5,7 +5,7 @@ but the arithmetic of the tensor cores is checked on the CPU: the packed words (
 bit-exact recipe emulation of native/lowbit_layout.py), the packed scales and the stage table,
 the stream-K ranges of every block (and the chunks the dynamic variants take at run time, in a random
 order), the group flushes and their staged scale slot, the open-group
-flush at a range end, the direct store of whole n-blocks, the atomic adds and the counter of
+flush at a range end, the direct store of whole n-blocks, the atomic adds and the counts (at the block's end) of
 partial ones, and the row mapping of the x split.  Line-by-line correspondence with the kernel
 is intended: keep them in step.
 
@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 
 from native import lowbit_layout as LL
+
+MAXP = 8   # partial pieces a block keeps before it counts them (lowbit_kernel.cuh)
 
 
 def _channel_scales(sc: torch.Tensor, nb: int, G: int, zero: bool):
@@ -97,6 +99,20 @@ def emulate_gemv(pw, x: torch.Tensor, grid: int, dyn=None, seed: int = 0):
         acc = torch.zeros_like(total)
         xs = torch.zeros(MX, 1, dtype=torch.float64)
 
+        pieces = []            # partial pieces, counted at the block's end (or when MAXP are pending)
+
+        def publish():
+            for pnb, n in pieces:
+                counters[pnb] += n
+            for pnb, _ in pieces:
+                if counters[pnb] == L.iters:
+                    cols = slice(pnb * LL.BN, (pnb + 1) * LL.BN)
+                    y[:, cols] = y32[:, cols]
+                    y32[:, cols] = 0.0
+                    counters[pnb] = 0
+                    stats["finished"] += 1
+            pieces.clear()
+
         def flush(sidx, tab):
             nonlocal acc, xs, total
             g0, cnt = tab & 0xFFFF, (tab >> 16) & 0xF
@@ -130,13 +146,10 @@ def emulate_gemv(pw, x: torch.Tensor, grid: int, dyn=None, seed: int = 0):
                     for m in range(MX):
                         mo = m - M if (pw.xsplit and m >= M) else m
                         y32[mo, cols] += total[m]
-                    counters[nb] += it - seg_start + 1
+                    pieces.append((nb, it - seg_start + 1))
                     stats["atomic_pieces"] += 1
-                    if counters[nb] == L.iters:
-                        y[:, cols] = y32[:, cols]
-                        y32[:, cols] = 0.0
-                        counters[nb] = 0
-                        stats["finished"] += 1
+                    if len(pieces) == MAXP:
+                        publish()
                 total = torch.zeros_like(total)
             it += 1
             if it == L.iters:
@@ -149,5 +162,7 @@ def emulate_gemv(pw, x: torch.Tensor, grid: int, dyn=None, seed: int = 0):
                 f, fend = rs[ri]
                 nb, it = divmod(f, L.iters)
                 seg_start = it
+        if pieces:
+            publish()
     assert not y32.any() and not any(counters), "workspace or counters not left at zero"
     return y[:, :L.N], stats

@@ -57,14 +57,14 @@ __host__ __device__ constexpr int variant_stages(int bits, int v) { return stage
 // x rows a stage holds: MX (variant 0) or all rows of the MT tiles
 __host__ __device__ constexpr int staged_rows(int MX, int MT, int v) { return v == 0 ? MX : MT * 8; }
 
-__host__ inline int gemv_stage_bytes(int bits, bool zero, int MX, int slots) {
+__host__ inline int gemv_stage_bytes(int bits, bool zero, int MX, int slots, int variant = 0) {
   const int ks = kstep_for(bits);
-  return WARPS * 32 * (ks / KG) * bits * 4 + WARPS * slots * scale_bytes(zero) + MX * xrow_bytes(ks);
+  return WARPS * 32 * (ks / KG) * bits * 4 + WARPS * slots * scale_bytes(zero) + MX * xrow_bytes(ks, variant != 0);
 }
 
 // MX: staged x rows (staged_rows)
 __host__ inline int gemv_smem_bytes(int bits, bool zero, int MX, int slots, int iters, int variant = 0) {
-  return ((iters * 4 + 15) / 16) * 16 + variant_stages(bits, variant) * gemv_stage_bytes(bits, zero, MX, slots);
+  return ((iters * 4 + 15) / 16) * 16 + variant_stages(bits, variant) * gemv_stage_bytes(bits, zero, MX, slots, variant);
 }
 
 // R: recipe; MT: m16n8 tiles (8 rows each); OB: output / scale dtype is bf16; XS: x split (rows m and
@@ -74,7 +74,7 @@ template <class R, int MT, bool OB, bool XS, bool PROF, int V = 0>
 __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel(const __grid_constant__ GemvParams p) {
   constexpr int BITS = R::BITS, KSTEP = R::KSTEP, CHUNKS = KSTEP / KG, S = variant_stages(BITS, V);
   constexpr int VEC = CHUNKS * BITS / 4;            // 16-byte vectors of words per lane per stage
-  constexpr int XROW = xrow_bytes(KSTEP), XCH = KSTEP / 8;  // x: bytes per staged row, 16-byte chunks per row
+  constexpr int XROW = xrow_bytes(KSTEP, V != 0), XCH = KSTEP / 8;  // x: bytes per staged row, 16-byte chunks per row
   constexpr int XPT = (MT * 8 * XCH + THREADS - 1) / THREADS;  // x chunks a thread may copy
   constexpr bool WB = R::BF16;
   constexpr int SB = scale_bytes(R::ZERO);
@@ -93,7 +93,6 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
   const int tab_bytes = ((p.iters * 4 + 15) / 16) * 16;
   uint32_t *tab_sm = reinterpret_cast<uint32_t *>(smem);
   uint8_t *stages = smem + tab_bytes;
-  __shared__ int last_flag;
 
   for (int i = tid; i < p.iters; i += THREADS) tab_sm[i] = p.stab[i];
 
@@ -157,7 +156,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
       xrow[j] = m < p.MX;
       xcol[j] = c * 8;
       xsrc[j] = xbase + (size_t)(xrow[j] ? m : 0) * p.K + c * 8;
-      xdst[j] = wbytes + sbytes + m * XROW + c * 16;
+      xdst[j] = wbytes + sbytes + m * XROW + (c ^ ((m & 1) << 2)) * 16;  // (xrow_bytes: the swizzle)
     }
   }
   auto advance = [&]() {  // the loader's position: next stage of words, K, ring slot and scale table entry
@@ -308,6 +307,42 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
   pin(one);
   pin(magic);
   uint16_t *yo = reinterpret_cast<uint16_t *>(p.y);
+  // Partial pieces (their sums added into y32 by atomics) are counted at the block's end, or when MAXP have
+  // gathered: the fence that orders a thread's atomics before the count waits for the thread's memory requests
+  // in flight, the ring's cp.async included, so a fence per piece drained the pipeline mid-range.
+  constexpr int MAXP = 8;
+  __shared__ int2 pieces[MAXP];  // (n-block, stages) of each pending piece (thread 0 writes, all read)
+  __shared__ uint32_t last_mask;  // bit i: pending piece i completed its n-block
+  int npieces = 0;               // block-uniform
+  auto publish = [&]() {
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      uint32_t m = 0;
+      for (int i = 0; i < npieces; ++i)
+        if (atomicAdd(p.counters + pieces[i].x, pieces[i].y) + pieces[i].y == p.iters) m |= 1u << i;
+      last_mask = m;
+    }
+    __syncthreads();
+    const uint32_t m = last_mask;
+    if (m) {  // every piece of these n-blocks has landed: convert, re-zero
+      __threadfence();
+      for (int i = 0; i < npieces; ++i) {
+        if (!((m >> i) & 1)) continue;
+        const int pnb = pieces[i].x;
+        for (int q = tid; q < p.M * BN; q += THREADS) {
+          const int mm = q / BN, n = pnb * BN + (q % BN);
+          if (n < p.N) {
+            float *src = p.y32 + (size_t)mm * p.Npad + n;
+            yo[(size_t)mm * p.N + n] = f32_to_act<OB>(__ldcg(src));
+            *src = 0.f;
+          }
+        }
+        if (tid == 0) p.counters[pnb] = 0;
+      }
+    }
+    npieces = 0;  // (thread 0 rewrites pieces[] only after the loop's next barrier)
+  };
   int nb = f_begin / p.iters, it = f_begin - nb * p.iters, seg_start = it;
   int cso = 0;  // ring offset of the stage being computed
   int cslot = 0;
@@ -348,7 +383,10 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
     uint32_t w[4 * VEC];
     const uint4 *wsm = reinterpret_cast<const uint4 *>(st + warp * (32 * VEC * 16));
     const uint8_t *wlane = st + wdst;                            // this lane's weights (variant >= 1)
-    const uint8_t *xlane = st + wbytes + sbytes + g * XROW + t * 16;  // this lane's B fragments (variant >= 1)
+    // this lane's B fragments (variant >= 1): chunk 4 kg + t of row g sits at chunk (4 kg + t) ^ ((g & 1) << 2),
+    // i.e. 64 bytes later for even kg and 64 earlier for odd kg in odd rows
+    const uint8_t *xlane = st + wbytes + sbytes + g * XROW + t * 16 + (g & 1) * 64;
+    const uint8_t *xlane_odd = xlane - (g & 1) * 128;
 #pragma unroll
     for (int v = 0; v < VEC; ++v) {
       const uint4 q = V != 0 ? *reinterpret_cast<const uint4 *>(wlane + v * 512) : wsm[v * 32 + lane];
@@ -362,7 +400,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
       for (int mt = 0; mt < MT; ++mt) {
         const int row = mt * 8 + g;
         if constexpr (V != 0) {  // every staged row exists (zero beyond MX)
-          const uint4 q = *reinterpret_cast<const uint4 *>(xlane + mt * 8 * XROW + kg * 64);
+          const uint4 q = *reinterpret_cast<const uint4 *>((kg & 1 ? xlane_odd : xlane) + mt * 8 * XROW + kg * 64);
           bx[mt][0] = q.x, bx[mt][1] = q.y, bx[mt][2] = q.z, bx[mt][3] = q.w;
         } else if (row < p.MX) {
           const uint4 q = *reinterpret_cast<const uint4 *>(xsm + row * XROW + kg * 64 + t * 16);
@@ -422,25 +460,8 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
                 atomicAdd(p.y32 + (size_t)mo * p.Npad + n, total[nt][mt][e]);
               }
             }
-        __threadfence();
-        __syncthreads();
-        if (tid == 0) {
-          const int len = it - seg_start + 1;
-          last_flag = (atomicAdd(p.counters + nb, len) + len == p.iters);
-        }
-        __syncthreads();
-        if (last_flag) {  // every piece of this n-block has landed: convert, re-zero
-          __threadfence();
-          for (int q = tid; q < p.M * BN; q += THREADS) {
-            const int m = q / BN, n = nb * BN + (q % BN);
-            if (n < p.N) {
-              float *src = p.y32 + (size_t)m * p.Npad + n;
-              yo[(size_t)m * p.N + n] = f32_to_act<OB>(__ldcg(src));
-              *src = 0.f;
-            }
-          }
-          if (tid == 0) p.counters[nb] = 0;
-        }
+        if (tid == 0) pieces[npieces] = make_int2(nb, it - seg_start + 1);
+        if (++npieces == MAXP) publish();  // (at most 2 per static range: only dynamic chunks get here)
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -475,6 +496,9 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
     }
   }
   cp_async_wait<0>();
+#ifndef LOWBIT_SASS_STEADY
+  if (npieces) publish();
+#endif
   if constexpr (DYN) {  // the last block out re-zeroes the chunk counter for the next launch
     if (dyn && tid == 0 && atomicAdd(p.counters + p.nblocks + 1, 1) == (int)gridDim.x - 1) {
       p.counters[p.nblocks] = 0;
@@ -492,7 +516,6 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
         for (int e = 0; e < 4; ++e) sum += total[nt][mt][e] + acc[nt][mt][e];
     p.y32[tid] = sum;
     (void)yo;
-    (void)last_flag;
   }
 #endif
   prof.end();
