@@ -80,7 +80,7 @@ int64_t lowbit_gemv(const std::string &recipe, int64_t mt, bool xsplit, bool pro
   TORCH_CHECK(y.dim() == 2 && y.size(0) == M && y.size(1) == N, "y: [M, N]");
   TORCH_CHECK(y.scalar_type() == at::kHalf || y.scalar_type() == at::kBFloat16, "y: f16 or bf16");
   TORCH_CHECK(y32.scalar_type() == at::kFloat && y32.numel() >= M * Npad, "workspace: >= M * Npad f32");
-  TORCH_CHECK(counters.scalar_type() == at::kInt && counters.numel() >= nblocks + 2, "counters: >= nblocks + 2 int32");
+  TORCH_CHECK(counters.scalar_type() == at::kInt && counters.numel() >= nblocks, "counters: >= nblocks int32");
   const bool out_bf16 = y.scalar_type() == at::kBFloat16;
   const int64_t MX = x.size(0);
   TORCH_CHECK(MX == (xsplit ? 2 * M : M), "x rows: M (or 2M with xsplit)");

@@ -125,10 +125,8 @@ def _mt(pw: PackedWeight, M: int) -> int:
     return 1 if M <= 8 else 2
 
 
-# native/include/lowbit_kernel.cuh (GemvParams::variant); *_dyn: part of the work handed out at run time
-DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3, "lean_dyn": 4, "bulk_dyn": 5}
-PROF_VARIANTS = {0, 1, 3, 4, 5}                          # those with an instrumented build (native/include/lowbit_launch.cuh)
-BULK_VARIANTS = {3, 5}                                   # built for BULK_RECIPES (the others for TUNED_RECIPES)
+DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3}   # native/include/lowbit_kernel.cuh (GemvParams::variant)
+PROF_VARIANTS = {0, 1, 3}                                # those with an instrumented build (native/include/lowbit_launch.cuh)
 VARIANT_NAMES = {v: k for k, v in DECODE_VARIANTS.items()}
 TUNED_RECIPES = LL.TUNED                                  # f16 recipes built with variants lean / lean3 too
 BULK_RECIPES = LL.BULK                                    # f16 recipes built with variant bulk (TUNED + other 5-8 bit)
@@ -137,9 +135,12 @@ BULK_RECIPES = LL.BULK                                    # f16 recipes built wi
 # M > 8 (mt2: lean 0-3.4% slower in both flushes, its loop no shorter); bulk (one TMA copy of a stage's weights)
 # for u8 and f6e3m2 (6-19% faster than lean at all 12 points of 3 shapes x M 1 / 16) and u2 (faster at 4 of 6
 # points, 0.2-2.3% slower at the other 2); 4-bit stays on lean (bulk 1.6-13% slower at 11 of the 12 points of u4 and
-# i4, a tie at the 12th). Every variant stays selectable.
+# i4, a tie at the 12th) -- until bulk's 4-bit build counted its partial pieces at the block's end (DEFER in
+# lowbit_kernel.cuh; section 13): then bulk was faster than lean at 10 of the 12 u4 / i4 points (by 2-10%), behind
+# at (8192, 8192) M=16 only, so 4-bit runs bulk too. Every variant stays selectable.
 AUTO_VARIANT = {("f16_u1", 2): "base", ("f16_u2", 1): "bulk", ("f16_u2", 2): "bulk",
-                ("f16_u8", 1): "bulk", ("f16_u8", 2): "bulk", ("f16_f6e3m2", 1): "bulk", ("f16_f6e3m2", 2): "bulk"}
+                ("f16_u8", 1): "bulk", ("f16_u8", 2): "bulk", ("f16_f6e3m2", 1): "bulk", ("f16_f6e3m2", 2): "bulk",
+                ("f16_u4", 1): "bulk", ("f16_u4", 2): "bulk", ("f16_i4", 1): "bulk", ("f16_i4", 2): "bulk"}
 DEFAULT_VARIANT = "auto"
 VARIANT_CHOICES = ("auto", *DECODE_VARIANTS)
 
@@ -154,7 +155,7 @@ def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = Fals
     if variant == "auto":
         variant = AUTO_VARIANT.get((name, mt), "lean" if name in TUNED_RECIPES else "bulk")
     v = DECODE_VARIANTS[variant]
-    built = BULK_RECIPES if v in BULK_VARIANTS else TUNED_RECIPES
+    built = BULK_RECIPES if v == 3 else TUNED_RECIPES
     v = v if (name in built and not pw.xsplit) else 0
     if prof and v not in PROF_VARIANTS:
         raise Unsupported(f"the instrumented decode kernel is built for the variants "
@@ -192,7 +193,7 @@ class LowbitMatmul:
         if pw.xsplit:
             xin = torch.empty(2 * M, L.K, dtype=torch.bfloat16, device=self.dev)
             self.mod.lowbit_xsplit(x, xin)
-        y32, cnt = _workspace(self.dev, M * L.Npad, L.nblocks + 2)
+        y32, cnt = _workspace(self.dev, M * L.Npad, L.nblocks)
         try:
             used = self.mod.lowbit_gemv(pw.rec.name, _mt(pw, M), pw.xsplit, prof is not None, pw.words, pw.scales,
                                         pw.stab, xin, y, y32, cnt, M, L.K, L.N, L.Npad, L.iters, L.nblocks,

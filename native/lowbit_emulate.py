@@ -3,10 +3,9 @@
 The kernel cannot run without a GPU; this walks the same schedule in float64 so that everything
 but the arithmetic of the tensor cores is checked on the CPU: the packed words (through the
 bit-exact recipe emulation of native/lowbit_layout.py), the packed scales and the stage table,
-the stream-K ranges of every block (and the chunks the dynamic variants take at run time, in a random
-order), the group flushes and their staged scale slot, the open-group
-flush at a range end, the direct store of whole n-blocks, the atomic adds and the counts (at the block's end) of
-partial ones, and the row mapping of the x split.  Line-by-line correspondence with the kernel
+the stream-K ranges of every block, the group flushes and their staged scale slot, the open-group
+flush at a range end, the direct store of whole n-blocks, the atomic adds and the counter of
+partial ones (at once, or at the block's end: DEFER), and the row mapping of the x split.  Line-by-line correspondence with the kernel
 is intended: keep them in step.
 
     y, stats = emulate_gemv(pack(qw), x, grid=7)    # float64 [M, N] before the cast to the act dtype
@@ -17,7 +16,7 @@ import torch
 
 from native import lowbit_layout as LL
 
-MAXP = 8   # partial pieces a block keeps before it counts them (lowbit_kernel.cuh)
+MAXP = 8   # partial pieces a DEFER block keeps before it counts them (lowbit_kernel.cuh)
 
 
 def _channel_scales(sc: torch.Tensor, nb: int, G: int, zero: bool):
@@ -28,42 +27,9 @@ def _channel_scales(sc: torch.Tensor, nb: int, G: int, zero: bool):
     return s, z
 
 
-def dyn_split(T: int, g: int, S: int, eighths: int = 5, div: int = 8):
-    """(dyn_static, dyn_chunk, dyn_base) of the dynamic variants (lowbit_launch.cuh dyn_split); chunk 0: static."""
-    share = T // g
-    if share < 2 * S or eighths == 8:
-        return 0, 0, 0
-    st = max(S, share * eighths // 8)
-    return st, max(S, share // div), g * st
-
-
-def block_ranges(T: int, grid: int, dyn=None, seed: int = 0) -> list:
-    """Per block, the list of (begin, end) flat-stage ranges it computes.  dyn = (dyn_static, dyn_chunk,
-    dyn_base) with chunk > 0: the dynamic variants -- each block's static range, then chunks taken from one
-    counter in an order the hardware picks (here: random, seeded); a block takes its next chunk when it starts
-    the previous one (the first at its start) and stops at the first empty one."""
-    if not dyn or not dyn[1]:
-        per, rem = divmod(T, grid)
-        return [[(b * per + min(b, rem), b * per + min(b, rem) + per + (1 if b < rem else 0))] for b in range(grid)]
-    st, chunk, base = dyn
-    assert st >= 1 and base == grid * st <= T
-    ranges = [[(b * st, (b + 1) * st)] for b in range(grid)]
-    gen = torch.Generator().manual_seed(seed)
-    waiting, counter = list(range(grid)), 0
-    while waiting:
-        b = waiting[int(torch.randint(len(waiting), (1,), generator=gen))]
-        s = base + counter
-        counter += chunk
-        if s >= T:
-            waiting.remove(b)
-        else:
-            ranges[b].append((s, min(s + chunk, T)))
-    return ranges
-
-
-def emulate_gemv(pw, x: torch.Tensor, grid: int, dyn=None, seed: int = 0):
-    """y (float64 [M, N], what the kernel rounds to the act dtype) and stats of the schedule.  dyn: the
-    dynamic variants' split (dyn_split), ranges taken in a random order (block_ranges)."""
+def emulate_gemv(pw, x: torch.Tensor, grid: int, defer: bool = False):
+    """y (float64 [M, N], what the kernel rounds to the act dtype) and stats of the schedule.  defer: the
+    partial pieces' counts added at the block's end (the kernel's DEFER: bulk variant, 4-bit codes)."""
     rec, L = pw.rec, pw.L
     M = x.shape[0]
     vals = LL.emulate_values(rec, pw.words, L)                 # exact code values [Kpad, Npad]
@@ -86,25 +52,21 @@ def emulate_gemv(pw, x: torch.Tensor, grid: int, dyn=None, seed: int = 0):
     stats = {"direct": 0, "atomic_pieces": 0, "finished": 0, "flushes": 0, "open_flushes": 0}
     T = L.nblocks * L.iters
     grid = min(grid, T)
-    all_ranges = block_ranges(T, grid, dyn, seed)
-    covered = sorted(r for rs in all_ranges for r in rs)
-    assert [a for a, _ in covered] == [0] + [e for _, e in covered[:-1]] and covered[-1][1] == T, "ranges do not tile"
+    per, rem = divmod(T, grid)
     for b in range(grid):
-        rs = all_ranges[b]
-        f, fend = rs[0]
-        ri = 0
-        nb, it = divmod(f, L.iters)
+        f_begin = b * per + min(b, rem)
+        f_end = f_begin + per + (1 if b < rem else 0)
+        nb, it = divmod(f_begin, L.iters)
         seg_start = it
         total = torch.zeros(MX, LL.BN, dtype=torch.float64)
         acc = torch.zeros_like(total)
         xs = torch.zeros(MX, 1, dtype=torch.float64)
 
-        pieces = []            # partial pieces, counted at the block's end (or when MAXP are pending)
+        pieces = []            # partial pieces whose counts are not added yet
 
         def publish():
             for pnb, n in pieces:
                 counters[pnb] += n
-            for pnb, _ in pieces:
                 if counters[pnb] == L.iters:
                     cols = slice(pnb * LL.BN, (pnb + 1) * LL.BN)
                     y[:, cols] = y32[:, cols]
@@ -123,7 +85,7 @@ def emulate_gemv(pw, x: torch.Tensor, grid: int, dyn=None, seed: int = 0):
             xs = torch.zeros_like(xs)
             stats["flushes"] += 1
 
-        while True:
+        for f in range(f_begin, f_end):
             tab = stab[it]
             fmask = (tab >> 20) & 0xFF
             sidx = 0
@@ -134,7 +96,7 @@ def emulate_gemv(pw, x: torch.Tensor, grid: int, dyn=None, seed: int = 0):
                 if (fmask >> kg) & 1:
                     flush(sidx, tab)
                     sidx += 1
-            if it == L.iters - 1 or f == fend - 1:
+            if it == L.iters - 1 or f == f_end - 1:
                 if not (fmask >> (L.chunks - 1)) & 1:
                     flush(sidx, tab)
                     stats["open_flushes"] += 1
@@ -148,21 +110,12 @@ def emulate_gemv(pw, x: torch.Tensor, grid: int, dyn=None, seed: int = 0):
                         y32[mo, cols] += total[m]
                     pieces.append((nb, it - seg_start + 1))
                     stats["atomic_pieces"] += 1
-                    if len(pieces) == MAXP:
+                    if not defer or len(pieces) == MAXP:
                         publish()
                 total = torch.zeros_like(total)
             it += 1
             if it == L.iters:
                 it, nb, seg_start = 0, nb + 1, 0
-            f += 1
-            if f == fend:          # the block's next range (variants 4, 5), or its end
-                ri += 1
-                if ri == len(rs):
-                    break
-                f, fend = rs[ri]
-                nb, it = divmod(f, L.iters)
-                seg_start = it
-        if pieces:
-            publish()
+        publish()
     assert not y32.any() and not any(counters), "workspace or counters not left at zero"
     return y[:, :L.N], stats

@@ -17,7 +17,7 @@ from kernels.baselines import Case
 from kernels.lowbit.formats import ALL_FORMAT_NAMES, dequantize_ref, parse_format, random_quantized
 from native import build, lowbit
 from native import lowbit_layout as LL
-from native.lowbit_emulate import block_ranges, dyn_split, emulate_gemv
+from native.lowbit_emulate import emulate_gemv
 
 ACTS = {"f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -122,53 +122,16 @@ def test_schedule_emulation_matches_float64_reference(fmt, act, group, K, N, M, 
     pw = lowbit.pack(qw)
     assert pw.decode_group_ok
     x = torch.randn(M, K, generator=torch.Generator().manual_seed(M)).to(dt)
-    y, stats = emulate_gemv(pw, x, grid)
     ref = x.double() @ dequantize_ref(qw)
-    assert torch.isfinite(y).all()
-    assert torch.allclose(y, ref, rtol=1e-10, atol=1e-12), float((y - ref).abs().max())
-    assert stats["direct"] + stats["finished"] == pw.L.nblocks          # every n-block stored exactly once
+    for defer in (False, True):   # counts added after each piece / at the block's end (bulk 4-bit: DEFER)
+        y, stats = emulate_gemv(pw, x, grid, defer=defer)
+        assert torch.isfinite(y).all()
+        assert torch.allclose(y, ref, rtol=1e-10, atol=1e-12), float((y - ref).abs().max())
+        assert stats["direct"] + stats["finished"] == pw.L.nblocks      # every n-block stored exactly once
     if grid == 1 and not pw.xsplit:
         assert stats["atomic_pieces"] == 0
     if (pw.L.nblocks * pw.L.iters) % min(grid, pw.L.nblocks * pw.L.iters) or pw.xsplit:
         assert stats["atomic_pieces"] > 0
-
-
-DYN_SCHEDULES = [  # fmt, act, group, K, N, M, grid, S, (eighths, divisor)
-    ("u4", "f16", 128, 2048, 1024, 1, 3, 4, (5, 8)),    # chunks crossing n-blocks: atomic pieces
-    ("u8", "f16", 64, 1024, 768, 16, 2, 3, (4, 16)),    # small chunks (= S), many pieces
-    ("u2", "f16", -1, 4096, 512, 5, 2, 4, (0, 8)),      # everything dynamic after the first S stages
-    ("i4", "f16", -1, 1024 + 8, 600, 9, 2, 4, (5, 8)),   # K, N padding, per channel
-]
-
-
-@pytest.mark.parametrize("fmt,act,group,K,N,M,grid,S,frac", DYN_SCHEDULES)
-def test_dynamic_schedule_matches_float64_reference(fmt, act, group, K, N, M, grid, S, frac):
-    """Variants lean_dyn / bulk_dyn: static ranges plus chunks taken from a counter in whatever order the blocks
-    get to it (three random orders): the ranges tile the work exactly once, every n-block is stored once, and y
-    matches float64."""
-    dt = ACTS[act]
-    qw = random_quantized(K, N, fmt, group, dt, seed=K + N)
-    pw = lowbit.pack(qw)
-    T = pw.L.nblocks * pw.L.iters
-    dyn = dyn_split(T, grid, S, *frac)
-    assert dyn[1] >= S and dyn[0] >= S, dyn           # the kernel's ring fill needs ranges of >= S - 1 stages
-    x = torch.randn(M, K, generator=torch.Generator().manual_seed(M)).to(dt)
-    ref = x.double() @ dequantize_ref(qw)
-    for seed in range(3):
-        ranges = block_ranges(T, grid, dyn, seed)
-        assert sum(len(r) for r in ranges) > grid         # some block took a chunk
-        y, stats = emulate_gemv(pw, x, grid, dyn, seed)
-        assert torch.allclose(y, ref, rtol=1e-10, atol=1e-12), float((y - ref).abs().max())
-        assert stats["direct"] + stats["finished"] == pw.L.nblocks
-
-
-def test_dynamic_split_mirrors_the_launcher():
-    """dyn_split is the Python mirror of lowbit_launch.cuh's: same defaults, shares under 2 S stay static."""
-    src = (build.INCLUDE / "lowbit_launch.cuh").read_text()
-    assert "int eighths = 5, div = 8;" in src and "share < 2 * S || eighths == 8" in src
-    assert dyn_split(14336, 264, 4) == (33, 6, 264 * 33)     # K = 8192, N = 57344, u4 on an H200
-    assert dyn_split(2048, 264, 4)[1] == 0                    # 7 stages per block: static
-    assert dyn_split(1000, 10, 4, 8, 8)[1] == 0
 
 
 def test_decode_variants_exist_for_every_choice():
@@ -198,10 +161,10 @@ def test_decode_variants_are_built_for_the_tuned_recipes():
     assert "#define LOWBIT_RECIPES_TUNED(X) " + " ".join(f"X(rec_{n})" for n in
                                                         [r.name for r in LL.all_recipes() if r.name in LL.TUNED]) in head
     src = (build.INCLUDE / "lowbit_launch.cuh").read_text()
-    for v in (1, 2, 3, 4, 5):
+    for v in (1, 2, 3):
         for mt in (1, 2):
             assert f"launch_gemv<R, {mt}, false, false, false, {v}>" in src
-    assert set(lowbit.DECODE_VARIANTS.values()) == {0, 1, 2, 3, 4, 5}
+    assert set(lowbit.DECODE_VARIANTS.values()) == {0, 1, 2, 3}
     assert "R::BULK" in src and set(LL.TUNED) <= set(LL.BULK)
     for r in LL.all_recipes():   # bulk: every TUNED recipe and every other f16 recipe of 5-8 bits
         assert (r.name in LL.BULK) == (r.name in LL.TUNED or (r.target == "f16" and r.bits >= 5)), r.name
@@ -214,7 +177,7 @@ def test_decode_variants_are_built_for_the_tuned_recipes():
 
 
 def test_default_variant_per_recipe_and_tiles():
-    """The default ("auto", native/NOTES.md sections 9 and 12): bulk for u2, u8 and f6e3m2, base for u1 at M > 8
+    """The default ("auto", native/NOTES.md sections 9, 12 and 13): bulk for u2, u4, i4, u8 and f6e3m2, base for u1 at M > 8
     (mt2), lean for every other TUNED recipe; base for everything without variants; every variant stays
     selectable."""
     assert lowbit.DEFAULT_VARIANT == "auto"
@@ -228,14 +191,12 @@ def test_default_variant_per_recipe_and_tiles():
         for M in range(1, lowbit.DECODE_MAX_M + 1):
             mt = lowbit._mt(pw, M)
             bulk = pw.rec.name in LL.BULK and not pw.xsplit
-            want = (0 if fmt == "u1" and M > 8 else 3 if fmt in ("u2", "u8", "f6e3m2") else 1) if tuned else \
+            want = (0 if fmt == "u1" and M > 8 else 3 if fmt in ("u2", "u4", "i4", "u8", "f6e3m2") else 1) if tuned else \
                 (3 if bulk else 0)
             assert lowbit.variant_for(pw, "auto", mt) == want, (fmt, act, M)
             assert lowbit.variant_for(pw, "base", mt) == 0
             assert lowbit.variant_for(pw, "lean3", mt) == (2 if tuned else 0)
             assert lowbit.variant_for(pw, "bulk", mt) == (3 if bulk else 0)
-            assert lowbit.variant_for(pw, "bulk_dyn", mt) == (5 if bulk else 0)
-            assert lowbit.variant_for(pw, "lean_dyn", mt) == (4 if tuned else 0)
     with pytest.raises(KeyError):
         lowbit.variant_for(pw, "fast")
 
@@ -245,7 +206,7 @@ def test_instrumented_decode_runs_the_plain_calls_variant():
     so proton_fig15's overhead ratio compares one kernel with itself; the header builds exactly PROF_VARIANTS
     for the PROF recipes (f16 u4), at both tile counts, and nothing else is asked for."""
     src = (build.INCLUDE / "lowbit_launch.cuh").read_text()
-    for v in (0, 1, 2, 3, 4, 5):
+    for v in (0, 1, 2, 3):
         for mt in (1, 2):
             tail = "" if v == 0 else f", {v}"
             assert (f"launch_gemv<R, {mt}, false, false, true{tail}>" in src) == (v in lowbit.PROF_VARIANTS), (v, mt)
@@ -253,32 +214,29 @@ def test_instrumented_decode_runs_the_plain_calls_variant():
     assert pw.rec.name == "f16_u4"
     for M in (1, 16):
         mt = lowbit._mt(pw, M)
-        assert lowbit.variant_for(pw, "auto", mt, prof=True) == lowbit.variant_for(pw, "auto", mt) == 1
+        assert lowbit.variant_for(pw, "auto", mt, prof=True) == lowbit.variant_for(pw, "auto", mt) == 3
         assert lowbit.variant_for(pw, "base", mt, prof=True) == 0
         with pytest.raises(Unsupported, match="instrumented"):
             lowbit.variant_for(pw, "lean3", mt, prof=True)
 
 
 def test_lean_variant_smem_fits_its_occupancy():
-    """The lean variants stage all MT*8 rows of x, unpadded (swizzled, xrow_bytes): the ring must still fit 2
-    (lean, bulk, every BULK recipe of 5-8 bits included) / 3 (lean3 where the weights allow) blocks per SM of an
-    H200 (227 KB of shared memory per SM, 1 KB reserved per block, <= 1 KB of static shared memory).  With
-    the 64-byte row padding of variant 0, 8-bit rings at M = 16 took 1 block per SM (grid132 on the H200)."""
-    common = (build.INCLUDE / "lowbit_common.cuh").read_text()
-    assert "return swz ? kstep * 2 : kstep * 2 + 64;" in common
-    for name in sorted(set(LL.TUNED) | set(LL.BULK)):
+    """The lean variants stage all MT*8 rows of x: the ring must still fit 2 (lean) / 3 (lean3 where the
+    weights allow) blocks per SM of an H200 (227 KB of shared memory per SM, 1 KB reserved per block)."""
+    for name in LL.TUNED:
         rec = next(r for r in LL.all_recipes() if r.name == name)
         L = LL.Layout.of(8192, 57344, 128, rec.kstep)
         stab = LL.stage_table(L)
         slots = LL.stage_slots(stab)
         kst = rec.kstep
         for mt in (1, 2):
-            stage = 8 * 32 * (kst // 32) * rec.bits * 4 + 8 * slots * (128 if rec.zero else 64) + mt * 8 * (2 * kst)
+            stage = 8 * 32 * (kst // 32) * rec.bits * 4 + 8 * slots * (128 if rec.zero else 64) + mt * 8 * (2 * kst + 64)
             tab = ((L.iters * 4 + 15) // 16) * 16
             stages = {1: 5, 2: 4, 3: 5, 4: 4}.get(rec.bits, 3)
-            assert 2 * (tab + stages * stage + 1024 + 1024) <= 227 * 1024, (name, mt)
+            if not (rec.bits == 8 and mt == 2):   # u8 at M > 8: 1 block per SM, as base at M = 16 (grid132 on the H200)
+                assert 2 * (tab + stages * stage + 1024) <= 227 * 1024, (name, mt)
             if rec.bits == 4:   # u1 / u2 (256 k stages) and u8 / f6 stay at 2 blocks (the runtime occupancy query)
-                assert 3 * (tab + (stages - 1) * stage + 1024 + 1024) <= 227 * 1024, (name, mt)
+                assert 3 * (tab + (stages - 1) * stage + 1024) <= 227 * 1024, (name, mt)
 
 
 # ---------------------------------------------------------------- API
@@ -397,7 +355,7 @@ def test_sass_main_loop_instruction_budget(tmp_path):
     # the lean variant (1): the per-stage loader / B-fragment overhead cut (native/NOTES.md section 8)
     assert st[("f16_u4", 1, 1)]["per_weight"] < 2.5 and st[("f16_u4", 2, 1)]["per_weight"] < 2.8
     assert st[("f16_u4", 1, 1)]["per_weight"] < st[("f16_u4", 1, 0)]["per_weight"]
-    assert {v for (_, _, v) in st} == {0, 1, 2, 3, 4, 5}
+    assert {v for (_, _, v) in st} == {0, 1, 2, 3}
     # bulk (3): lean with the weights' per-thread cp.async replaced by one bulk copy per stage and an mbarrier wait
     for mt in (1, 2):
         ops = st[("f16_u4", mt, 3)]["ops"]

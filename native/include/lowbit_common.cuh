@@ -12,11 +12,8 @@ constexpr int WARPS = 8, THREADS = 256, NT = 2, BN = 256, KG = 32;
 
 // k per pipeline stage (must match native/lowbit_layout.py kstep_for)
 __host__ __device__ constexpr int kstep_for(int bits) { return bits <= 2 ? 256 : 128; }
-// bytes per staged x row.  A quarter warp's 16-byte B-fragment loads read 64 bytes of row g and 64 of row g + 1:
-// they must fall in different banks.  Variant 0 pads each row by 64 bytes; the others (swz) store row r's
-// 16-byte chunk c at chunk c ^ ((r & 1) << 2) of an unpadded row (at M = 16 the padding was what kept the 8-bit
-// rings from fitting 2 blocks per SM).
-__host__ __device__ constexpr int xrow_bytes(int kstep, bool swz = false) { return swz ? kstep * 2 : kstep * 2 + 64; }
+// bytes per staged x row: 64 bytes of padding put the 16-byte B-fragment loads of rows g, g+1 in other banks
+__host__ __device__ constexpr int xrow_bytes(int kstep) { return kstep * 2 + 64; }
 // ring depth: 2 blocks of 8 warps per SM must fit (<= ~113 KB each at M = 16) with enough bytes in flight
 __host__ __device__ constexpr int stages_for(int bits) {
   return bits == 1 ? 5 : bits == 2 ? 4 : bits == 3 ? 5 : bits == 4 ? 4 : 3;

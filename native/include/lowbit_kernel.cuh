@@ -41,30 +41,20 @@ __host__ __device__ constexpr int scale_bytes(bool zero) { return zero ? 128 : 6
 //     an mbarrier per ring slot, instead of VEC 16-byte cp.async per thread (ncu on the H200: those are
 //     counted as 2x the ideal L2 sectors with a 51% L2 hit rate, L2 73-85% busy at 62-75% of DRAM, and
 //     ~4 loader instructions per warp per vector).  Scales and x stay on cp.async.
-//   4 "lean_dyn", 5 "bulk_dyn": variants 1 / 3 with part of the work handed out at run time.  Each block
-//     starts on a static range of dyn_static stages; the rest of the (n-block, iteration) space is taken in
-//     chunks of dyn_chunk stages from a global counter (counters[nblocks]; counters[nblocks + 1] counts the
-//     blocks that finished, and the last one re-zeroes both).  Thread 0 takes the next chunk as soon as the
-//     loader starts the current one, into a small ring of ranges in shared memory that the loader and the
-//     compute loop (S - 1 stages behind it) both walk, so the pipeline runs across chunks without a gap.
-//     Why: equal static ranges end 74-89 us apart on the H200 (u4 M=1, native/NOTES.md section 12), and the
-//     kernel ends with its slowest block; more, smaller static ranges (grid multiples) were slower.
-constexpr int NVARIANTS = 6;
-__host__ __device__ constexpr bool variant_bulk(int v) { return v == 3 || v == 5; }
-__host__ __device__ constexpr bool variant_dyn(int v) { return v >= 4; }
+constexpr int NVARIANTS = 4;
 __host__ __device__ constexpr int variant_blocks(int v) { return v == 2 ? 3 : 2; }
 __host__ __device__ constexpr int variant_stages(int bits, int v) { return stages_for(bits) - (v == 2 ? 1 : 0); }
 // x rows a stage holds: MX (variant 0) or all rows of the MT tiles
 __host__ __device__ constexpr int staged_rows(int MX, int MT, int v) { return v == 0 ? MX : MT * 8; }
 
-__host__ inline int gemv_stage_bytes(int bits, bool zero, int MX, int slots, int variant = 0) {
+__host__ inline int gemv_stage_bytes(int bits, bool zero, int MX, int slots) {
   const int ks = kstep_for(bits);
-  return WARPS * 32 * (ks / KG) * bits * 4 + WARPS * slots * scale_bytes(zero) + MX * xrow_bytes(ks, variant != 0);
+  return WARPS * 32 * (ks / KG) * bits * 4 + WARPS * slots * scale_bytes(zero) + MX * xrow_bytes(ks);
 }
 
 // MX: staged x rows (staged_rows)
 __host__ inline int gemv_smem_bytes(int bits, bool zero, int MX, int slots, int iters, int variant = 0) {
-  return ((iters * 4 + 15) / 16) * 16 + variant_stages(bits, variant) * gemv_stage_bytes(bits, zero, MX, slots, variant);
+  return ((iters * 4 + 15) / 16) * 16 + variant_stages(bits, variant) * gemv_stage_bytes(bits, zero, MX, slots);
 }
 
 // R: recipe; MT: m16n8 tiles (8 rows each); OB: output / scale dtype is bf16; XS: x split (rows m and
@@ -74,7 +64,7 @@ template <class R, int MT, bool OB, bool XS, bool PROF, int V = 0>
 __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel(const __grid_constant__ GemvParams p) {
   constexpr int BITS = R::BITS, KSTEP = R::KSTEP, CHUNKS = KSTEP / KG, S = variant_stages(BITS, V);
   constexpr int VEC = CHUNKS * BITS / 4;            // 16-byte vectors of words per lane per stage
-  constexpr int XROW = xrow_bytes(KSTEP, V != 0), XCH = KSTEP / 8;  // x: bytes per staged row, 16-byte chunks per row
+  constexpr int XROW = xrow_bytes(KSTEP), XCH = KSTEP / 8;  // x: bytes per staged row, 16-byte chunks per row
   constexpr int XPT = (MT * 8 * XCH + THREADS - 1) / THREADS;  // x chunks a thread may copy
   constexpr bool WB = R::BF16;
   constexpr int SB = scale_bytes(R::ZERO);
@@ -93,26 +83,17 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
   const int tab_bytes = ((p.iters * 4 + 15) / 16) * 16;
   uint32_t *tab_sm = reinterpret_cast<uint32_t *>(smem);
   uint8_t *stages = smem + tab_bytes;
+  __shared__ int last_flag;
 
   for (int i = tid; i < p.iters; i += THREADS) tab_sm[i] = p.stab[i];
 
   // this block's contiguous range of the flattened (n-block, iteration) space
   const int T = p.nblocks * p.iters;
-  constexpr bool BULK = variant_bulk(V), DYN = variant_dyn(V);
-  const bool dyn = DYN && p.dyn_chunk > 0;
   const int per = T / gridDim.x, rem = T % gridDim.x, b = blockIdx.x;
-  const int f_begin = dyn ? b * p.dyn_static : b * per + min(b, rem);
-  const int f_end = dyn ? f_begin + p.dyn_static : f_begin + per + (b < rem ? 1 : 0);
-  // variants 4, 5: ranges of flat stages, range r in rq[r % 8] (range 0 is [f_begin, f_end)); an empty range
-  // (begin >= T) ends the block.  Written by thread 0 only, read by all after at least one __syncthreads.
-  __shared__ int2 rq[DYN ? 8 : 1];
-  if constexpr (DYN) {
-    if (tid == 0) {
-      const int s = dyn ? p.dyn_base + atomicAdd(p.counters + p.nblocks, p.dyn_chunk) : T;
-      rq[1] = make_int2(s, min(s + p.dyn_chunk, T));
-    }
-  }
-  __shared__ __align__(8) uint64_t wbar[BULK ? S : 1];  // bulk variants: one mbarrier per ring slot
+  const int f_begin = b * per + min(b, rem);
+  const int f_end = f_begin + per + (b < rem ? 1 : 0);
+  constexpr bool BULK = V == 3;
+  __shared__ __align__(8) uint64_t wbar[BULK ? S : 1];  // variant 3: one mbarrier per ring slot
   const uint32_t bar0 = smem_u32(wbar);
   if constexpr (BULK) {
     if (tid == 0) {
@@ -136,10 +117,6 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
   uint32_t lso = 0;      // ring offset of the next stage
   const uint4 *lwb = static_cast<const uint4 *>(p.wq) + (size_t)f_begin * WSTRIDE;  // variant 3: the stage's words
   int lslot = 0;         // ring slot of the next stage (variant 3: its mbarrier)
-  int lf = f_begin, lend = f_end, lrk = 0;  // variants 4, 5: the next stage's flat index, its range's end and index
-  // thread 0: the chunk taken when the loader entered range lrk (the next range, rq[(lrk + 1) % 8]), published at
-  // the end of the iteration so that the atomic's latency hides behind the stage's compute; -1: none pending
-  int pend = -1;
   // variant >= 1: per-thread copy addresses computed once (x chunks of this thread: row, 16-byte column)
   constexpr int XPTV = (MT * 8 * XCH + THREADS - 1) / THREADS;
   const uint16_t *xsrc[XPTV];
@@ -156,7 +133,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
       xrow[j] = m < p.MX;
       xcol[j] = c * 8;
       xsrc[j] = xbase + (size_t)(xrow[j] ? m : 0) * p.K + c * 8;
-      xdst[j] = wbytes + sbytes + m * XROW + (c ^ ((m & 1) << 2)) * 16;  // (xrow_bytes: the swizzle)
+      xdst[j] = wbytes + sbytes + m * XROW + c * 16;
     }
   }
   auto advance = [&]() {  // the loader's position: next stage of words, K, ring slot and scale table entry
@@ -171,24 +148,6 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
       lit = 0;
       lk = 0;
       ls += s_nb;
-    }
-    if constexpr (DYN) {
-      if (++lf == lend) {  // the next range (taken by thread 0 when this one started, >= 1 barrier ago)
-        const int2 r = rq[++lrk & 7];
-        if (r.x < T) {
-          lf = r.x;
-          lend = r.y;
-          lnb = lf / p.iters;
-          lit = lf - lnb * p.iters;
-          lk = lit * KSTEP;
-          lw = static_cast<const uint4 *>(p.wq) + (size_t)lf * WSTRIDE + warp * (32 * VEC) + lane;
-          lwb = static_cast<const uint4 *>(p.wq) + (size_t)lf * WSTRIDE;
-          ls = static_cast<const uint4 *>(p.sc) + (size_t)lnb * s_nb + (size_t)warp * p.ngroups * (SB / 16);
-          if (tid == 0 && dyn) pend = p.dyn_base + atomicAdd(p.counters + p.nblocks, p.dyn_chunk);
-        } else {
-          lf = T;  // nothing more to load
-        }
-      }
     }
   };
   auto issue_lean = [&]() {
@@ -247,7 +206,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
 
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
-    if (DYN ? lf < T : f_begin + s < f_end) issue();
+    if (f_begin + s < f_end) issue();
     cp_async_commit();
   }
 
@@ -307,13 +266,25 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
   pin(one);
   pin(magic);
   uint16_t *yo = reinterpret_cast<uint16_t *>(p.y);
-  // Partial pieces (their sums added into y32 by atomics) are counted at the block's end, or when MAXP have
-  // gathered: the fence that orders a thread's atomics before the count waits for the thread's memory requests
-  // in flight, the ring's cp.async included, so a fence per piece drained the pipeline mid-range.
-  constexpr int MAXP = 8;
-  __shared__ int2 pieces[MAXP];  // (n-block, stages) of each pending piece (thread 0 writes, all read)
+  auto convert = [&](int cnb) {  // every piece of n-block cnb has landed in y32: convert it to y, re-zero
+    for (int q = tid; q < p.M * BN; q += THREADS) {
+      const int m = q / BN, n = cnb * BN + (q % BN);
+      if (n < p.N) {
+        float *src = p.y32 + (size_t)m * p.Npad + n;
+        yo[(size_t)m * p.N + n] = f32_to_act<OB>(__ldcg(src));
+        *src = 0.f;
+      }
+    }
+    if (tid == 0) p.counters[cnb] = 0;
+  };
+  // DEFER (bulk, 4-bit codes): a partial piece's count is added at the block's end (or when MAXP are pending)
+  // instead of right after its atomics.  Measured on the H200 (native/NOTES.md section 13): 5-15% faster for
+  // u4 / i4 bulk at 11 of 12 points, but 2-20% slower for base, lean and 8-bit bulk, so only there.
+  constexpr bool DEFER = BULK && BITS == 4;
+  constexpr int MAXP = DEFER ? 8 : 1;
+  __shared__ int2 pieces[MAXP];   // (n-block, stages) of each pending piece (thread 0 writes, all read)
   __shared__ uint32_t last_mask;  // bit i: pending piece i completed its n-block
-  int npieces = 0;               // block-uniform
+  int npieces = 0;                // block-uniform
   auto publish = [&]() {
     __threadfence();
     __syncthreads();
@@ -325,21 +296,10 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
     }
     __syncthreads();
     const uint32_t m = last_mask;
-    if (m) {  // every piece of these n-blocks has landed: convert, re-zero
+    if (m) {
       __threadfence();
-      for (int i = 0; i < npieces; ++i) {
-        if (!((m >> i) & 1)) continue;
-        const int pnb = pieces[i].x;
-        for (int q = tid; q < p.M * BN; q += THREADS) {
-          const int mm = q / BN, n = pnb * BN + (q % BN);
-          if (n < p.N) {
-            float *src = p.y32 + (size_t)mm * p.Npad + n;
-            yo[(size_t)mm * p.N + n] = f32_to_act<OB>(__ldcg(src));
-            *src = 0.f;
-          }
-        }
-        if (tid == 0) p.counters[pnb] = 0;
-      }
+      for (int i = 0; i < npieces; ++i)
+        if ((m >> i) & 1) convert(pieces[i].x);
     }
     npieces = 0;  // (thread 0 rewrites pieces[] only after the loop's next barrier)
   };
@@ -347,8 +307,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
   int cso = 0;  // ring offset of the stage being computed
   int cslot = 0;
   uint32_t cphase = 0;  // variant 3: the slot's mbarrier phase this use waits for
-  int fend = f_end, crk = 0;  // the end of the range being computed and its index (changes in variants 4, 5 only)
-  for (int f = f_begin; f < fend;) {
+  for (int f = f_begin; f < f_end; ++f) {
     prof.enter(S_WAIT);
     cp_async_wait<S - 2>();
     if constexpr (BULK) {
@@ -369,7 +328,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
       pin(lso);
       pin(lk);
     }
-    if (DYN ? lf < T : f + S - 1 < f_end) issue();
+    if (f + S - 1 < f_end) issue();
     cp_async_commit();
 
     const uint8_t *st = stages + cso;
@@ -383,10 +342,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
     uint32_t w[4 * VEC];
     const uint4 *wsm = reinterpret_cast<const uint4 *>(st + warp * (32 * VEC * 16));
     const uint8_t *wlane = st + wdst;                            // this lane's weights (variant >= 1)
-    // this lane's B fragments (variant >= 1): chunk 4 kg + t of row g sits at chunk (4 kg + t) ^ ((g & 1) << 2),
-    // i.e. 64 bytes later for even kg and 64 earlier for odd kg in odd rows
-    const uint8_t *xlane = st + wbytes + sbytes + g * XROW + t * 16 + (g & 1) * 64;
-    const uint8_t *xlane_odd = xlane - (g & 1) * 128;
+    const uint8_t *xlane = st + wbytes + sbytes + g * XROW + t * 16;  // this lane's B fragments (variant >= 1)
 #pragma unroll
     for (int v = 0; v < VEC; ++v) {
       const uint4 q = V != 0 ? *reinterpret_cast<const uint4 *>(wlane + v * 512) : wsm[v * 32 + lane];
@@ -400,7 +356,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
       for (int mt = 0; mt < MT; ++mt) {
         const int row = mt * 8 + g;
         if constexpr (V != 0) {  // every staged row exists (zero beyond MX)
-          const uint4 q = *reinterpret_cast<const uint4 *>((kg & 1 ? xlane_odd : xlane) + mt * 8 * XROW + kg * 64);
+          const uint4 q = *reinterpret_cast<const uint4 *>(xlane + mt * 8 * XROW + kg * 64);
           bx[mt][0] = q.x, bx[mt][1] = q.y, bx[mt][2] = q.z, bx[mt][3] = q.w;
         } else if (row < p.MX) {
           const uint4 q = *reinterpret_cast<const uint4 *>(xsm + row * XROW + kg * 64 + t * 16);
@@ -433,7 +389,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
     prof.exit(S_COMPUTE);
 
 #ifndef LOWBIT_SASS_STEADY  // (defined only by native/sass.py to count the steady-state loop)
-    if (it == p.iters - 1 || f == fend - 1) {  // end of this block's piece of n-block nb
+    if (it == p.iters - 1 || f == f_end - 1) {  // end of this block's piece of n-block nb
       prof.enter(S_OUTPUT);
       if (!((fmask >> (CHUNKS - 1)) & 1)) flush(ssm + sidx * SB);  // the last group is open: its partial sum
       const int n0 = nb * BN + warp * 32 + g;
@@ -460,8 +416,22 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
                 atomicAdd(p.y32 + (size_t)mo * p.Npad + n, total[nt][mt][e]);
               }
             }
-        if (tid == 0) pieces[npieces] = make_int2(nb, it - seg_start + 1);
-        if (++npieces == MAXP) publish();  // (at most 2 per static range: only dynamic chunks get here)
+        if constexpr (DEFER) {
+          if (tid == 0) pieces[npieces] = make_int2(nb, it - seg_start + 1);
+          if (++npieces == MAXP) publish();  // (a static range has at most 2 partial pieces)
+        } else {
+          __threadfence();
+          __syncthreads();
+          if (tid == 0) {
+            const int len = it - seg_start + 1;
+            last_flag = (atomicAdd(p.counters + nb, len) + len == p.iters);
+          }
+          __syncthreads();
+          if (last_flag) {  // every piece of this n-block has landed: convert, re-zero
+            __threadfence();
+            convert(nb);
+          }
+        }
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -478,33 +448,13 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
       seg_start = 0;
     }
     cso = (cso + stage_bytes == ring_bytes) ? 0 : cso + stage_bytes;
-    ++f;
-    if constexpr (DYN) {
-      if (pend >= 0) {  // (thread 0 only) read by the loader after the next barrier at the earliest
-        rq[(lrk + 1) & 7] = make_int2(pend, min(pend + p.dyn_chunk, T));
-        pend = -1;
-      }
-      if (f == fend) {  // the next range: the loader read it from rq >= S - 1 stages ago
-        const int2 r = rq[++crk & 7];
-        if (r.x >= T) break;
-        f = r.x;
-        fend = r.y;
-        nb = f / p.iters;
-        it = f - nb * p.iters;
-        seg_start = it;
-      }
-    }
   }
   cp_async_wait<0>();
 #ifndef LOWBIT_SASS_STEADY
-  if (npieces) publish();
-#endif
-  if constexpr (DYN) {  // the last block out re-zeroes the chunk counter for the next launch
-    if (dyn && tid == 0 && atomicAdd(p.counters + p.nblocks + 1, 1) == (int)gridDim.x - 1) {
-      p.counters[p.nblocks] = 0;
-      p.counters[p.nblocks + 1] = 0;
-    }
+  if constexpr (DEFER) {
+    if (npieces) publish();
   }
+#endif
 #ifdef LOWBIT_SASS_STEADY  // keep the accumulation live without the output code
   {
     float sum = 0.f;
@@ -516,6 +466,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
         for (int e = 0; e < 4; ++e) sum += total[nt][mt][e] + acc[nt][mt][e];
     p.y32[tid] = sum;
     (void)yo;
+    (void)last_flag;
   }
 #endif
   prof.end();

@@ -4,34 +4,15 @@
 //                 (variants base and lean)
 //   bf16 recipes: gemv MT = 2, bf16 out; XSPLIT recipes also f16 out with x split, MT = 2 (M <= 8), 4 (M <= 16)
 //   dequantize:   output in the recipe's dtype; XSPLIT recipes also f16
-//   variants 1, 2, 4 (GemvParams::variant): f16 recipes with R::TUNE, MT = 1, 2, f16 out; variants 3, 5 (bulk,
-//                 bulk_dyn): f16 recipes with R::BULK (all TUNE ones and the other 5-8 bit ones); 1 and 3 also
-//                 instrumented where R::PROF (MT = 1, 2), as are 4 and 5
+//   variants 1, 2 (GemvParams::variant): f16 recipes with R::TUNE, MT = 1, 2, f16 out; variant 3 (bulk): f16
+//                 recipes with R::BULK (all TUNE ones and the other 5-8 bit ones); 1 and 3 also instrumented
+//                 where R::PROF
 #pragma once
 #include <cuda_runtime.h>
-#include <cstdio>
-#include <cstdlib>
 #include "lowbit_kernel.cuh"
 #include "lowbit_recipes.cuh"
 
 namespace lowbit {
-
-// Variants 4, 5: each of the g blocks starts on a static range of 5/8 of its equal share of the T stages; the
-// rest goes in chunks of max(S, share / 8) stages (S: ring depth; the kernel needs ranges of >= S - 1 stages
-// while it fills its ring).  Shares under 2 S stay static.  NATIVE_LOWBIT_DYN="eighths,divisor" overrides
-// the two fractions (for native.tune).
-inline void dyn_split(GemvParams &q, int T, int g, int S) {
-  int eighths = 5, div = 8;
-  if (const char *e = std::getenv("NATIVE_LOWBIT_DYN")) {
-    if (std::sscanf(e, "%d,%d", &eighths, &div) != 2 || eighths < 0 || eighths > 8 || div < 1) eighths = 5, div = 8;
-  }
-  const int share = T / g;
-  q.dyn_chunk = 0;
-  if (share < 2 * S || eighths == 8) return;
-  q.dyn_static = share * eighths / 8 < S ? S : share * eighths / 8;
-  q.dyn_chunk = share / div < S ? S : share / div;
-  q.dyn_base = g * q.dyn_static;
-}
 
 // grid > 0: that many blocks (at most the work items); 0: sms x occupancy.  dry: only report the grid.
 template <class R, int MT, bool OB, bool XS, bool PROF, int V = 0>
@@ -57,7 +38,6 @@ int launch_gemv(const GemvParams &p, int sms, cudaStream_t s, int grid, int *gri
   if (dry) return 0;
   GemvParams q = p;
   q.magic = R::MAGIC;
-  if constexpr (variant_dyn(V)) dyn_split(q, T, g, variant_stages(R::BITS, V));
   k<<<g, THREADS, smem, s>>>(q);
   return (int)cudaGetLastError();
 }
@@ -72,25 +52,17 @@ int gemv_dispatch(int mt, bool ob, bool xs, bool prof, const GemvParams &p, int 
         if (p.variant == 1 && mt == 2) return launch_gemv<R, 2, false, false, false, 1>(p, sms, s, grid, used, dry);
         if (p.variant == 2 && mt == 1) return launch_gemv<R, 1, false, false, false, 2>(p, sms, s, grid, used, dry);
         if (p.variant == 2 && mt == 2) return launch_gemv<R, 2, false, false, false, 2>(p, sms, s, grid, used, dry);
-        if (p.variant == 4 && mt == 1) return launch_gemv<R, 1, false, false, false, 4>(p, sms, s, grid, used, dry);
-        if (p.variant == 4 && mt == 2) return launch_gemv<R, 2, false, false, false, 4>(p, sms, s, grid, used, dry);
       }
       if constexpr (R::PROF) {  // the instrumented builds of lean and bulk, beside base's
         if (!xs && !ob && prof && p.variant == 1 && mt == 1) return launch_gemv<R, 1, false, false, true, 1>(p, sms, s, grid, used, dry);
         if (!xs && !ob && prof && p.variant == 1 && mt == 2) return launch_gemv<R, 2, false, false, true, 1>(p, sms, s, grid, used, dry);
         if (!xs && !ob && prof && p.variant == 3 && mt == 1) return launch_gemv<R, 1, false, false, true, 3>(p, sms, s, grid, used, dry);
         if (!xs && !ob && prof && p.variant == 3 && mt == 2) return launch_gemv<R, 2, false, false, true, 3>(p, sms, s, grid, used, dry);
-        if (!xs && !ob && prof && p.variant == 4 && mt == 1) return launch_gemv<R, 1, false, false, true, 4>(p, sms, s, grid, used, dry);
-        if (!xs && !ob && prof && p.variant == 4 && mt == 2) return launch_gemv<R, 2, false, false, true, 4>(p, sms, s, grid, used, dry);
-        if (!xs && !ob && prof && p.variant == 5 && mt == 1) return launch_gemv<R, 1, false, false, true, 5>(p, sms, s, grid, used, dry);
-        if (!xs && !ob && prof && p.variant == 5 && mt == 2) return launch_gemv<R, 2, false, false, true, 5>(p, sms, s, grid, used, dry);
       }
     }
     if constexpr (!R::BF16 && R::BULK) {
       if (!xs && !ob && !prof && p.variant == 3 && mt == 1) return launch_gemv<R, 1, false, false, false, 3>(p, sms, s, grid, used, dry);
       if (!xs && !ob && !prof && p.variant == 3 && mt == 2) return launch_gemv<R, 2, false, false, false, 3>(p, sms, s, grid, used, dry);
-      if (!xs && !ob && !prof && p.variant == 5 && mt == 1) return launch_gemv<R, 1, false, false, false, 5>(p, sms, s, grid, used, dry);
-      if (!xs && !ob && !prof && p.variant == 5 && mt == 2) return launch_gemv<R, 2, false, false, false, 5>(p, sms, s, grid, used, dry);
     }
     return -1;
   }

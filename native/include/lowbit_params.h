@@ -12,15 +12,12 @@ struct GemvParams {
   const void *x;           // [MX][K] activations (f16 / bf16; with xsplit bf16 hi rows then lo rows)
   void *y;                 // [M][N] output (activation dtype)
   float *y32;              // [M][Npad] f32 workspace, all zero between launches
-  int *counters;           // [nblocks + 2], all zero between launches (variants 4, 5 use the last two)
+  int *counters;           // [nblocks], all zero between launches
   int M, MX, K, N, Npad, iters, nblocks, ngroups, slots;  // slots: scale groups staged per warp (1 or 4)
   uint32_t *prof;          // instrumentation buffer (instrumented instantiations only)
   uint32_t prof_cap;
   uint32_t magic;          // the recipe's MAGIC (set by the launcher)
-  int variant;             // decode-kernel variant (lowbit_kernel.cuh: 0 base, 1 lean, 2 lean3, 3 bulk, 4 lean_dyn,
-                           // 5 bulk_dyn); read by the host
-  int dyn_static, dyn_chunk, dyn_base;  // variants 4, 5 (set by the launcher): stages per block's static range,
-                                        // per chunk taken at run time (0: static ranges only), first chunked stage
+  int variant;             // decode-kernel variant (lowbit_kernel.cuh: 0 base, 1 lean, 2 lean3); read by the host
 };
 
 struct DequantParams {
