@@ -3,15 +3,16 @@
     python -m native.instr_diag --json OUT [--kernels matmul,softmax,layer_norm] [--rounds 3]
 
 For each kernel (proton_fig15's inputs at the 'llm' size) the plain build and the instrumented build in
-every mode of native_kernels.MODES and DIAG_MODES are timed in turn, `--rounds` times, with the
+every mode of native_kernels.MODES, AB_MODES and DIAG_MODES are timed in turn, `--rounds` times, with the
 harness's Timer (CUDA events, 256 MB L2 flush, median of `--samples`); each mode's ratio to the plain
 time of the same round, and the spread of those ratios over the rounds.  The diagnostic modes leave one
-part of the header out (instrument.cuh INSTR_DIAG_*): `staged_nostore` no global stores at all (records
-and headers stay in shared memory), `staged_nogtime` no %globaltimer reads, `staged_norecord` no
-enter / exit records (begin / end only), `staged_bare` none of the three (the header's clock reads and
-shared-memory state only).  So staged - nostore is what the stores cost, staged - nogtime the timer reads,
-staged - norecord the in-kernel records, and bare what is left.  Before timing, the plain output and
-every mode's output are checked against the float64 reference.
+part of the header out (instrument.cuh INSTR_DIAG_*): `staged_nostore` no global stores (every store
+issued predicated off, everything it would store computed), `staged_nogtime` no %globaltimer reads,
+`staged_norecord` no enter / exit records (begin / end only), `staged_bare` none of the three (the
+header's clock reads and end()'s arithmetic only).  So staged - nostore is what the stores' memory traffic
+costs, staged - nogtime the timer reads, staged - norecord the in-kernel records, and bare what is left.
+`staged_v1` (native_kernels.AB_MODES) is the previous staged design, for the A/B against `staged`.
+Before timing, the plain output and every mode's output are checked against the float64 reference.
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def main(argv=None) -> int:
         print("unavailable: needs a CUDA GPU")
         return 2
     t0 = time.time()
-    modes = [*nk.MODES, *nk.DIAG_MODES]
+    modes = [*nk.MODES, *nk.AB_MODES, *nk.DIAG_MODES]
     timer = Timer(samples=a.samples, warmup_ms=10)
     out = {"modes": modes, "rounds": a.rounds, "samples": a.samples, "buffer_records": a.buffer_records,
            "kernels": {}}

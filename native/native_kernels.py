@@ -10,8 +10,9 @@ run() returns (output tensor, raw profile buffer as a numpy uint32 array, or Non
 instrumented). Kernels: matmul (fp16 x fp16 -> fp32, M,N % 128 == 0, K % 32 == 0), softmax and
 layer_norm (fp16, cols <= 8192), calibrate (inputs {"spin_cycles", "blocks", "threads"}).
 Instrumentation modes (native/include/instrument.cuh; the buffer layout is the same in all):
-"staged" (default: records batched in shared memory, coalesced flushes), "warp0" (only warp 0 of
-each block records), "direct" (every record stored to global memory by lane 0, the original design).
+"staged" (default: records batched 16 at a time in registers, one store per lane per batch), "warp0" (only
+warp 0 of each block records), "direct" (every record stored to global memory by lane 0, the original design);
+"staged_v1" the previous staged design (shared-memory batches), for A/B timing.
 """
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ MODES = {"direct": 0, "staged": 1, "warp0": 2}   # INSTR_MODE_* of instrument.cu
 # staged mode with parts of the header left out (INSTR_DIAG_* of instrument.cuh): timing only, their
 # buffers do not decode (native/instr_diag.py takes the header's cost apart with them)
 DIAG_MODES = {"staged_nostore": 0x11, "staged_nogtime": 0x21, "staged_norecord": 0x41, "staged_bare": 0x71}
+# the previous staged design (INSTR_OPT_V1: instrument_v1.cuh), to time beside "staged" in one run (native.instr_diag);
+# its buffer is staged's (same words, same decoder).  To be dropped once measured.
+AB_MODES = {"staged_v1": 0x101}
 
 
 def suite_case(name: str):
@@ -100,7 +104,7 @@ def buffer_words(name: str, inputs: dict, buffer_records: int) -> tuple[int, int
 
 
 def mode_id(mode: str) -> int:
-    ids = {**MODES, **DIAG_MODES}
+    ids = {**MODES, **AB_MODES, **DIAG_MODES}
     if mode not in ids:
         raise ValueError(f"unknown instrumentation mode {mode!r}; valid: {sorted(ids)}")
     return ids[mode]

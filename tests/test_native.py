@@ -25,7 +25,7 @@ def test_compile_check_with_local_nvcc():
     assert set(res) == set(SUITE_SOURCES)
     bad = {k: msg for k, (ok, msg) in res.items() if not ok}
     assert not bad, bad
-    for f in SUITE_SOURCES:   # each launcher instantiates every mode of INSTR_LAUNCH_MODES (3 + 4 diagnostic)
+    for f in SUITE_SOURCES:   # each launcher instantiates every mode of INSTR_LAUNCH_MODES
         src = (build.ROOT / "kernels" / f).read_text()
         assert "with_mode<INSTR_LAUNCH_MODES>" in src, f
     # the instrumentation must not cost occupancy: every instrumented build of a 256-thread suite kernel keeps
@@ -37,7 +37,7 @@ def test_compile_check_with_local_nvcc():
         # plain / instrumented entry points: kernel<false> / kernel<true, MODE>, or (layer_norm) *_plain / *_prof<MODE>
         plain = [r for n, r in regs.items() if "ILb0E" in n or "_plainE" in n]
         prof = {n: r for n, r in regs.items() if "ILb1E" in n or "_profI" in n}
-        assert len(plain) == 1 and len(prof) == 7, (f, regs)
+        assert len(plain) == 1 and len(prof) == 8, (f, regs)   # INSTR_LAUNCH_MODES: 3 + 4 diagnostic + staged_v1
         want = build.blocks_per_sm(plain[0], 256)
         got = {n: build.blocks_per_sm(r, 256) for n, r in prof.items()}
         assert all(b >= want for b in got.values()), (f, plain[0], want, prof, got)
@@ -84,7 +84,7 @@ def test_scope_ids_match_kernel_enums():
 
 
 def test_modes_match_header():
-    from native.native_kernels import DIAG_MODES, MODES, mode_id
+    from native.native_kernels import AB_MODES, DIAG_MODES, MODES, mode_id
     for name, v in MODES.items():
         assert re.search(rf"#define INSTR_MODE_{name.upper()} {v}\b", HEADER), name
     bits = {k: int(v, 0) for k, v in re.findall(r"#define INSTR_DIAG_(\w+) (0x[0-9A-Fa-f]+)u", HEADER)}
@@ -92,16 +92,19 @@ def test_modes_match_header():
     want = {"staged_nostore": bits["NOSTORE"], "staged_nogtime": bits["NOGTIME"], "staged_norecord": bits["NORECORD"],
             "staged_bare": bits["NOSTORE"] | bits["NOGTIME"] | bits["NORECORD"]}
     assert DIAG_MODES == {k: v | MODES["staged"] for k, v in want.items()}
+    opts = {k: int(v, 0) for k, v in re.findall(r"#define INSTR_OPT_(\w+) (0x[0-9A-Fa-f]+)u", HEADER)}
+    assert AB_MODES == {"staged_v1": MODES["staged"] | opts["V1"]}
     # every mode the Python side names is instantiated by the launchers (INSTR_LAUNCH_MODES)
     launch = re.search(r"#define INSTR_LAUNCH_MODES(.*?)\n\n", HEADER, re.S).group(1).replace("\\", "")
-    names = {**{f"INSTR_MODE_{k.upper()}": i for k, i in MODES.items()}, **{f"INSTR_DIAG_{k}": b for k, b in bits.items()}}
+    names = {**{f"INSTR_MODE_{k.upper()}": i for k, i in MODES.items()}, **{f"INSTR_DIAG_{k}": b for k, b in bits.items()},
+             **{f"INSTR_OPT_{k}": b for k, b in opts.items()}}
     launched = set()
     for term in filter(None, (t.strip() for t in launch.split(","))):
         v = 0
         for name in term.split("|"):
             v |= names[name.strip()]
         launched.add(v)
-    assert {mode_id(m) for m in [*MODES, *DIAG_MODES]} == launched
+    assert {mode_id(m) for m in [*MODES, *AB_MODES, *DIAG_MODES]} == launched
     with pytest.raises(ValueError):
         mode_id("bogus")
 
@@ -180,6 +183,73 @@ def test_staged_single_store_end_writes_what_direct_mode_writes(capacity, iters)
     # a non-recording warp (WARP0 mode): header only, 0 records
     empty = staged_end_single_store([], capacity, 16, 5, 7, 9)
     assert list(empty[:4]) == [5, 0, 7, 9] and not empty[4:].any()
+
+
+def register_batch_warp(events, capacity, batch, warp, clock0, end_stamp):
+    """What Profiler<.., INSTR_MODE_STAGED, .., BATCH> (instrument.cuh) leaves in one warp's region: lane 2 + i holds
+    record i of the current batch; a full batch is stored by lanes 2.. at slot (slot0 + i) % capacity (record_offset:
+    a compare and subtract, or the loop for capacity < BATCH, where only the newest `capacity` are kept); end() is one
+    store per lane: lanes 0, 1 the warp header, lanes 2.. the unflushed records.  No two lanes of one store may
+    write the same slot (asserted)."""
+    words = np.zeros(D.WARP_HEADER_WORDS + capacity * D.RECORD_WORDS, dtype=np.uint32)
+    held = [(0, 0)] * 32
+    count = slot0 = 0
+
+    def offset(lane, n):
+        i = (lane - 2) & D.M32
+        s = slot0 + (i & (batch - 1))
+        keep = i < n
+        if capacity >= batch:
+            s -= capacity if s >= capacity else 0
+        else:
+            while s >= capacity:
+                s -= capacity
+            keep = keep and n - i <= capacity
+        return keep, D.WARP_HEADER_WORDS + s * D.RECORD_WORDS
+
+    def store(pairs):  # one store instruction: {lane: (word offset, (x, y))}
+        offs = [o for o, _ in pairs.values()]
+        assert len(offs) == len(set(offs))
+        for o, (x, y) in pairs.values():
+            words[o], words[o + 1] = x, y
+    for sid, is_end, stamp in events:
+        held[2 + (count & (batch - 1))] = ((sid & 0x7FFFFFFF) | (D.END_FLAG if is_end else 0), stamp & D.M32)
+        count += 1
+        if count & (batch - 1) == 0:
+            store({lane: (o, held[lane]) for lane in range(32) for keep, o in [offset(lane, batch)] if keep})
+            slot0 += batch
+            while slot0 >= capacity:
+                slot0 -= capacity
+    last = {0: (0, (warp, count)), 1: (2, (clock0 & D.M32, end_stamp & D.M32))}
+    last.update({lane: (o, held[lane]) for lane in range(2, 32) for keep, o in [offset(lane, count & (batch - 1))] if keep})
+    store(last)
+    return words
+
+
+@pytest.mark.parametrize("capacity,batch,iters", [(64, 16, 5), (16, 16, 10), (4, 16, 3), (5, 8, 7), (1, 16, 2),
+                                                  (1024, 16, 1), (1024, 16, 0), (17, 16, 9), (3, 4, 6)])
+def test_register_batches_write_what_direct_mode_writes(capacity, batch, iters):
+    """The staged mode's register batches leave the same words as one store per record (decode.encode): warp header
+    and every retained record, whatever the capacity, so the decoder's output is the same in every mode."""
+    nw = 2
+    blocks = make_blocks(1, nw, iters, wrap=True)
+    direct = D.encode(blocks, capacity=capacity, num_warps=nw)
+    stride = D.WARP_HEADER_WORDS + capacity * D.RECORD_WORDS
+    for w, events in enumerate(blocks[0]["warps"]):
+        wb = D.BLOCK_HEADER_WORDS + w * stride
+        got = register_batch_warp(events, capacity, batch, w, int(direct[wb + 2]), int(direct[wb + 3]))
+        assert np.array_equal(direct[wb:wb + stride], got)
+    empty = register_batch_warp([], capacity, batch, 5, 7, 9)  # WARP0's idle warps: header only
+    assert list(empty[:4]) == [5, 0, 7, 9] and not empty[4:].any()
+
+
+@pytest.mark.parametrize("start,dur", [(1000, 5), ((1 << 32) - 700, 10**6), ((7 << 32) + 123, (1 << 32) - 1),
+                                       ((1 << 64) - 10, 20)])
+def test_block_start_from_low_bits(start, dur):
+    """end() widens the block-start clocks kept as their low 32 bits since begin(): exact for blocks < 2**32 units."""
+    end = (start + dur) % (1 << 64)
+    c0 = (end - ((end - start) & D.M32)) % (1 << 64)
+    assert c0 == start
 
 
 # ---------------------------------------------------------------- synthetic buffers

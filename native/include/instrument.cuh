@@ -23,17 +23,18 @@
 //     oldest total - capacity records were overwritten; the decoder reports them as dropped.
 //
 // Modes (template parameter MODE; the buffer layout is the same in every mode):
-//   INSTR_MODE_STAGED (default): lane 0 of each warp writes its records into a small shared-memory
-//     batch (BATCH records per warp); every BATCH records, and at end(), the whole warp copies the
-//     batch to the global buffer with one coalesced store per lane.  A record costs a clock read, a
-//     shared store and a counter update; global memory sees full-line writes instead of one 8-byte
-//     write per record.
+//   INSTR_MODE_STAGED (default): records are batched BATCH (16) at a time per warp: lane 2 + i of the warp
+//     holds record i of the current batch in registers (or lane 0 stages the batch in shared memory:
+//     SHARED_BATCH); every BATCH records, and at end(), the batch goes to the global buffer with one
+//     store per lane (consecutive slots).  A record costs a clock read and a predicated register move.
 //     A warp with fewer than BATCH records in all (short kernels) writes its header and records at end()
 //     with one coalesced store (lanes 0-1 header, lanes 2.. records).
 //   INSTR_MODE_WARP0: the same, but only warp 0 of each block records (the others write their
 //     warp header with 0 records): for short memory-bound kernels where 8 warps x 2 records per
 //     scope is measurable.
-//   INSTR_MODE_DIRECT: lane 0 stores every record straight to global memory (the original design).
+//   INSTR_MODE_DIRECT: lane 0 stores every record straight to global memory (the original design;
+//     v1::Profiler, instrument_v1.cuh).
+//   | INSTR_OPT_V1: the previous STAGED / WARP0 design (v1::Profiler), for an A/B timing run.
 // Every thread of a warp must call begin/enter/exit/end in warp-uniform control flow (they already
 // had to: end() is called by every thread).  With ENABLED = false every member is an empty inline
 // function and the kernel compiles to the uninstrumented code.
@@ -52,9 +53,13 @@
 #define INSTR_MODE_WARP0 2
 // Diagnostic bits, or-ed into a mode, to take the header apart in timing runs (native/instr_diag.py); the
 // buffer they leave is not decodable:
-#define INSTR_DIAG_NOSTORE 0x10u   // end() stores nothing to global memory (no headers, no records)
+#define INSTR_DIAG_NOSTORE 0x10u   // no global stores (v1: left out; now: issued predicated off, values computed)
 #define INSTR_DIAG_NOGTIME 0x20u   // no %globaltimer reads (block start / end stamps 0)
 #define INSTR_DIAG_NORECORD 0x40u  // enter() / exit() record nothing (begin / end only)
+// Option bit, or-ed into a mode: the previous design (v1::Profiler, instrument_v1.cuh: shared-memory batches, warp
+// header address and block-start clocks stored to shared memory in begin()), for one A/B timing run beside this
+// one; the same buffer and words, so it decodes like the mode it is or-ed into.
+#define INSTR_OPT_V1 0x100u
 #define INSTR_MODE_BASE(m) ((m) & 0xF)
 
 namespace instr {
@@ -90,36 +95,43 @@ __device__ __forceinline__ void store2(uint32_t *p, uint32_t a, uint32_t b) {
 }
 
 // USE_GLOBALTIMER: stamp records with %globaltimer (ns) instead of the SM cycle counter.
-// MAX_WARPS: warps per block the shared-memory batches are sized for (blocks of up to 32*MAX_WARPS threads).
+// MAX_WARPS: warps per block the SHARED_BATCH records are sized for (blocks of up to 32*MAX_WARPS threads).
 // FLAT: the kernel's blocks are 1-D and its grid at most 2-D (every kernel of native/): thread, warp and block
-// ids from threadIdx.x / blockIdx.x,y only -- begin() runs before the kernel's first loads, so its few dozen
-// instructions of 3-D index arithmetic delay every block (native/NOTES.md section 12).
+// ids from threadIdx.x / blockIdx.x,y only (the 3-D index arithmetic is a few dozen instructions more).
+// SHARED_BATCH: the current batch waits in shared memory (lane 0 stores each record there, v1's way) instead of
+// in registers: for a kernel at its register cap (layer_norm, __maxnreg__(80): the held stamp spilled).
+//
+// Why it looks like this (native/NOTES.md section 13).  On the short kernels (8192 one-row blocks in 15-20 waves)
+// every instruction begin() issues before the kernel's first load delays every block, and every one after the
+// kernel's last store holds the block's slot; and a branch ends ptxas's scheduling region (v1's `if (tid == 0)`
+// in begin() kept the kernel's own address arithmetic below it: first load at instruction 91 against the plain
+// kernel's 45).  So begin() reads the two clocks and nothing else (warp-uniform, into uniform registers: no
+// shared memory, no branch); a record is a clock read and a predicated register move (lane 2 + i holds record i
+// of the current batch); a full batch is one store per lane straight from those registers; end() computes the
+// warp header's address and stores header + unflushed records with one store per lane, and warp 0 the block
+// header with one more, from registers (no __syncwarp, no shared loads, no switch over lanes, no division).
+// Modes STAGED and WARP0; a DIRECT FlatProfiler is v1::Profiler (the design DIRECT was measured with).
 template <bool ENABLED, bool USE_GLOBALTIMER = false, int MODE = INSTR_MODE_STAGED, int MAX_WARPS = 8,
-          int BATCH = 16, bool FLAT = false>
+          int BATCH = 16, bool FLAT = false, bool SHARED_BATCH = false>
 struct Profiler {
-  static_assert(BATCH >= 1 && BATCH <= 32 && (BATCH & (BATCH - 1)) == 0, "BATCH: a power of two <= 32");
-  static constexpr bool STAGED = INSTR_MODE_BASE(MODE) != INSTR_MODE_DIRECT;
+  static_assert(BATCH >= 1 && BATCH <= 16 && (BATCH & (BATCH - 1)) == 0,
+                "BATCH: a power of two <= 16 (lanes 2 .. BATCH + 1 hold a batch)");
+  static_assert(INSTR_MODE_BASE(MODE) != INSTR_MODE_DIRECT, "DIRECT: v1::Profiler");
   static constexpr bool NOSTORE = MODE & INSTR_DIAG_NOSTORE, NOGTIME = MODE & INSTR_DIAG_NOGTIME,
                         NORECORD = MODE & INSTR_DIAG_NORECORD;
-
-  struct Shared {
-    uint2 rec[MAX_WARPS][BATCH];   // staged records (tag, stamp)
-    uint32_t *whead[MAX_WARPS];    // each warp's header in the global buffer (computed once, in begin())
-    uint32_t begin_stamp[MAX_WARPS];
-    unsigned long long clock0, gtime0;
-    uint32_t bid;                  // linear block id (the block header's word 1)
-  };
-  __device__ __forceinline__ static Shared &shared() {
-    __shared__ Shared s;
-    return s;
-  }
+  static_assert(!(USE_GLOBALTIMER && NOGTIME), "NOGTIME: clock64 stamps only");
 
   uint32_t *buffer = nullptr;
   uint32_t capacity = 0;
-  uint32_t count = 0;
-  uint32_t begin_stamp = 0;     // DIRECT mode keeps it in a register
-  bool recording = false;       // this warp records (all warps, or warp 0 in WARP0 mode)
+  uint32_t count = 0;               // records of this warp so far
+  uint32_t slot0 = 0;               // slot of the current batch's first record: (count - count % BATCH) % capacity
+  uint32_t clock0 = 0, gtime0 = 0;  // low 32 bits of clock64 / %globaltimer at begin()
+  uint2 held = make_uint2(0u, 0u);  // lane 2 + i: record i of the current batch (tag, stamp)
 
+  __device__ __forceinline__ static uint2 (&shared_batch())[MAX_WARPS][BATCH] {
+    __shared__ uint2 rec[MAX_WARPS][BATCH];
+    return rec;
+  }
   __device__ __forceinline__ uint32_t stamp() const {
     if constexpr (USE_GLOBALTIMER) {
       return (uint32_t)globaltimer();
@@ -132,6 +144,8 @@ struct Profiler {
     if constexpr (FLAT) return threadIdx.x;
     else return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   }
+  __device__ __forceinline__ static uint32_t lane_() { return tid_() & 31; }
+  __device__ __forceinline__ static uint32_t warp_() { return tid_() / 32; }
   __device__ __forceinline__ static uint32_t nwarps_() {
     if constexpr (FLAT) return (blockDim.x + 31) / 32;
     else return (blockDim.x * blockDim.y * blockDim.z + 31) / 32;
@@ -140,71 +154,83 @@ struct Profiler {
     if constexpr (FLAT) return blockIdx.x + (uint64_t)gridDim.x * blockIdx.y;
     else return blockIdx.x + (uint64_t)gridDim.x * (blockIdx.y + (uint64_t)gridDim.y * blockIdx.z);
   }
-  __device__ __forceinline__ uint32_t *block_base() const { return buffer + bid_() * block_words(nwarps_(), capacity); }
-  // The warp's header: computed once in begin() (64-bit block offset from the 3-D block id and block size) and
-  // kept in shared memory, so end() -- on every block's critical path -- loads it instead of recomputing it
-  // (the recomputation was ~100 dependent instructions per warp at the end of each block).
-  __device__ __forceinline__ static uint32_t *warp_header(uint32_t warp) { return shared().whead[warp]; }
-
-  // Call once per block, by every thread, before the first scope. Nothing is stored to global memory here.
-  __device__ __forceinline__ void begin(uint32_t *buf, uint32_t cap) {
-    if constexpr (ENABLED) {
-      buffer = buf;
-      capacity = cap;
-      count = 0;
-      const uint32_t tid = tid_(), warp = tid / 32;
-      recording = INSTR_MODE_BASE(MODE) != INSTR_MODE_WARP0 || warp == 0;
-      if (tid == 0) {  // clocks of the block start (the header is written in end())
-        shared().clock0 = clock();
-        shared().gtime0 = NOGTIME ? 0ull : globaltimer();
-        shared().bid = (uint32_t)bid_();
-      }
-      // every lane computes it (block-uniform terms on the uniform datapath, no branch around it), lane 0 stores it
-      // (32-bit words per warp and per block -- a buffer region of < 2^32 words per block, i.e. capacity < 2^26
-      // records per warp -- and one 64-bit product for the block's offset)
-      const uint32_t ww = INSTR_WARP_HEADER_WORDS + cap * INSTR_RECORD_WORDS;
-      uint32_t *const wh = buf + (uint64_t)(uint32_t)bid_() * (INSTR_BLOCK_HEADER_WORDS + nwarps_() * ww) +
-                           (INSTR_BLOCK_HEADER_WORDS + warp * ww);
-      if ((tid & 31) == 0) shared().whead[warp] = wh;
-      const uint32_t s = stamp();
-      if constexpr (STAGED) {
-        if ((tid & 31) == 0) shared().begin_stamp[warp] = s;
-      } else {
-        begin_stamp = s;
-      }
+  // this warp records (all warps, or warp 0 in WARP0 mode): a predicate on the stores, not a branch
+  __device__ __forceinline__ static bool recording_() {
+    return INSTR_MODE_BASE(MODE) != INSTR_MODE_WARP0 || warp_() == 0;
+  }
+  // The warp's header in the buffer: 32-bit words per warp and per block (a region of < 2^32 words per block, i.e.
+  // capacity < 2^26 records per warp) and one 64-bit product for the block's offset.  Computed where it is used
+  // (end(), a flush): in begin() it would delay the first loads or hold two registers through the kernel.
+  __device__ __forceinline__ uint32_t *warp_header() const {
+    const uint32_t ww = INSTR_WARP_HEADER_WORDS + capacity * INSTR_RECORD_WORDS;
+    return buffer + (uint64_t)(uint32_t)bid_() * (INSTR_BLOCK_HEADER_WORDS + nwarps_() * ww) +
+           (INSTR_BLOCK_HEADER_WORDS + warp_() * ww);
+  }
+  // INSTR_DIAG_NOSTORE keeps the stores and everything they store, predicated off at run time (the launchers never
+  // pass a null buffer): that mode differs from its base by the stores' memory traffic only
+  __device__ __forceinline__ void put(uint32_t *p, uint2 v) const {
+    if (!NOSTORE || buffer == nullptr) store2(p, v.x, v.y);
+  }
+  // the record this lane holds (lane 2 + i: record i of the current batch)
+  __device__ __forceinline__ uint2 held_() const {
+    if constexpr (SHARED_BATCH) {
+      __syncwarp();  // lane 0's shared stores become visible to the other lanes
+      return shared_batch()[warp_()][(lane_() - 2) & (BATCH - 1)];
+    } else {
+      return held;
     }
   }
 
-  // copy the last n staged records of this warp to their global slots (all lanes of the warp)
-  __device__ __forceinline__ void flush_batch(uint32_t n) {
-    __syncwarp();
-    const uint32_t lane = tid_() & 31, warp = tid_() / 32;
-    const uint32_t first = count - n;  // record index of the first staged record
-    // when n > capacity only the newest `capacity` records survive: the others are not written, so no
-    // two lanes of one store target the same slot
-    if (!NOSTORE && lane < n && lane + capacity >= n) {  // (the __syncwarp above also publishes whead)
-      const uint2 r = shared().rec[warp][(first + lane) & (BATCH - 1)];
-      store2(warp_header(warp) + INSTR_WARP_HEADER_WORDS + (uint64_t)((first + lane) % capacity) * INSTR_RECORD_WORDS,
-             r.x, r.y);
+  // Call once per block, by every thread, before the first scope.  Two clock reads into registers, nothing else
+  // (every lane reads them; warp 0's become the block header's start values in end()).
+  __device__ __forceinline__ void begin(uint32_t *buf, uint32_t cap) {
+    if constexpr (ENABLED) {
+      clock0 = (uint32_t)clock();
+      gtime0 = NOGTIME ? 0u : (uint32_t)globaltimer();
+      buffer = buf;
+      capacity = cap;
     }
-    __syncwarp();
+  }
+
+  // Word offset from the warp header of the record this lane holds (lane 2 + i: record i of a batch of n), and
+  // whether it is to be stored: slot (slot0 + i) % capacity without a division; with fewer slots than BATCH only
+  // the newest `capacity` records of the batch (the others would be overwritten, and no two lanes of one store may
+  // target one slot).
+  __device__ __forceinline__ bool record_offset(uint32_t n, uint32_t &off) const {
+    const uint32_t i = lane_() - 2u;  // lanes 0, 1: wraps to a large value
+    uint32_t s = slot0 + (i & (BATCH - 1));  // (= i where it matters; bounded for the loop below)
+    bool keep = i < n && recording_();
+    if (capacity >= BATCH) {  // every real buffer: one wrap at most
+      if (s >= capacity) s -= capacity;
+    } else {
+      while (s >= capacity) s -= capacity;
+      keep = keep && n - i <= capacity;
+    }
+    off = INSTR_WARP_HEADER_WORDS + s * INSTR_RECORD_WORDS;
+    return keep;
+  }
+  // a full batch: lanes 2 .. BATCH + 1 store their records (consecutive slots, one store per lane)
+  __device__ __forceinline__ void flush() {
+    uint32_t off;
+    const uint2 h = held_();
+    if (record_offset(BATCH, off)) put(warp_header() + off, h);
+    slot0 += BATCH;
+    while (slot0 >= capacity) slot0 -= capacity;  // once at most when capacity >= BATCH
   }
 
   __device__ __forceinline__ void record(uint32_t tag) {
     if constexpr (ENABLED && !NORECORD) {
-      if (!recording) return;
       const uint32_t t = stamp();
-      const uint32_t tid = tid_();
-      if constexpr (STAGED) {
-        if ((tid & 31) == 0) shared().rec[tid / 32][count & (BATCH - 1)] = make_uint2(tag, t);
-        ++count;
-        if ((count & (BATCH - 1)) == 0) flush_batch(BATCH);
+      if constexpr (SHARED_BATCH) {
+        if (lane_() == 0) shared_batch()[warp_()][count & (BATCH - 1)] = make_uint2(tag, t);
       } else {
-        if ((tid & 31) == 0)
-          store2(warp_header(tid / 32) + INSTR_WARP_HEADER_WORDS + (uint64_t)(count % capacity) * INSTR_RECORD_WORDS,
-                 tag, t);
-        ++count;
+        if (lane_() - 2u == (count & (BATCH - 1))) held = make_uint2(tag, t);
+        // the stamp's select happens here: left to the compiler it sinks to end(), its one use, and keeps every
+        // stamp in a register of its own through the kernel (the tag's select may sink: constants in
+        // straight-line kernels)
+        asm volatile("" : "+r"(held.y));
       }
+      if ((++count & (BATCH - 1)) == 0) flush();
     }
   }
 
@@ -215,52 +241,35 @@ struct Profiler {
   // No barrier: each warp finishes on its own; warp 0 writes the block header when it ends.
   __device__ __forceinline__ void end() {
     if constexpr (ENABLED) {
-      const uint32_t tid = tid_(), lane = tid & 31, warp = tid / 32;
-      bool header_done = false;
-      if constexpr (STAGED) {
-        if (count < BATCH && count <= capacity) {
-          // Short scopes (softmax / layer_norm: 6 records per warp; every non-recording warp of WARP0
-          // mode: 0): nothing was flushed yet, so the warp header and every record are one contiguous
-          // run of 8-byte words -- lanes 0, 1 the header, lanes 2.. records 0.. (slot = index, as
-          // count <= capacity) -- written by a single coalesced store instead of a batch flush plus two
-          // header stores.  The words written are the same as on the general path below.
-          __syncwarp();  // lane 0's staged records become visible to the other lanes
-          const uint32_t e = stamp();
-          uint2 v = make_uint2(warp, count);
-          if (lane == 1) v = make_uint2(shared().begin_stamp[warp], e);
-          if (lane >= 2 && lane < count + 2) v = shared().rec[warp][lane - 2];
-          if (!NOSTORE && lane < count + 2) store2(warp_header(warp) + 2 * lane, v.x, v.y);
-          header_done = true;
-        } else if (!NOSTORE && recording && (count & (BATCH - 1))) {
-          flush_batch(count & (BATCH - 1));
-        }
+      const uint64_t c = clock();
+      const uint64_t g = NOGTIME ? 0ull : globaltimer();
+      const uint32_t lane = lane_(), warp = warp_();
+      uint32_t *const wh = warp_header();
+      // One store per lane: lanes 0, 1 the warp header (warp, count | begin, end stamp), lanes 2.. the records not
+      // flushed yet.  With fewer than BATCH records in all (softmax / layer_norm: 6; WARP0's idle warps: 0) that is
+      // one contiguous run from the warp header on.  The words are those one store per record leaves
+      // (decode.encode; tests/test_native.py models this store).
+      uint32_t off = 2 * lane;
+      uint2 v = lane == 0 ? make_uint2(warp, recording_() ? count : 0u)
+                          : USE_GLOBALTIMER ? make_uint2(gtime0, (uint32_t)g) : make_uint2(clock0, (uint32_t)c);
+      bool st = lane < 2;
+      if (!st) {
+        st = record_offset(count & (BATCH - 1), off);
+        v = held_();
       }
-      if (!header_done) {
-        const uint32_t e = stamp();
-        if (!NOSTORE && lane == 0) {
-          uint32_t *wh = warp_header(warp);
-          const uint32_t b = STAGED ? shared().begin_stamp[warp] : begin_stamp;
-          reinterpret_cast<uint2 *>(wh)[0] = make_uint2(warp, count);
-          reinterpret_cast<uint2 *>(wh)[1] = make_uint2(b, e);
-        }
-      }
-      if (warp == 0) {  // block header: 8 x 8 bytes, one per lane of warp 0
-        __syncwarp();   // lane 0's begin() writes of clock0 / gtime0 become visible to the other lanes
-        const uint64_t c = clock();
-        const uint64_t g = NOGTIME ? 0ull : globaltimer();
-        const uint64_t c0 = shared().clock0, g0 = shared().gtime0;
-        uint2 v = make_uint2(0u, 0u);
-        switch (lane) {
-          case 0: v = make_uint2(INSTR_MAGIC, shared().bid); break;
-          case 1: v = make_uint2(smid(), nwarps_()); break;
-          case 2: v = make_uint2(capacity, USE_GLOBALTIMER ? INSTR_FLAG_GLOBALTIMER : 0u); break;
-          case 3: v = make_uint2((uint32_t)c0, (uint32_t)(c0 >> 32)); break;
-          case 4: v = make_uint2((uint32_t)c, (uint32_t)(c >> 32)); break;
-          case 5: v = make_uint2((uint32_t)g0, (uint32_t)(g0 >> 32)); break;
-          case 6: v = make_uint2((uint32_t)g, (uint32_t)(g >> 32)); break;
-          default: break;
-        }
-        if (!NOSTORE && lane < 8) reinterpret_cast<uint2 *>(warp_header(0) - INSTR_BLOCK_HEADER_WORDS)[lane] = v;
+      if (st) put(wh + off, v);
+      if (warp == 0 && lane < 8) {
+        // block header, 8 x 8 bytes: lanes 3..6 the clocks, the start values widened from the low 32 bits kept since
+        // begin() -- exact while the block runs < 2^32 cycles / ns, which the decoder assumes anyway (it takes every
+        // stamp modulo 2^32 from the block start)
+        const uint64_t c0 = c - (uint32_t)((uint32_t)c - clock0), g0 = g - (uint32_t)((uint32_t)g - gtime0);
+        const uint32_t k = lane - 3u;
+        const uint64_t t = k & 2 ? (k & 1 ? g : g0) : (k & 1 ? c : c0);
+        uint2 h = k < 4 ? make_uint2((uint32_t)t, (uint32_t)(t >> 32)) : make_uint2(0u, 0u);
+        if (lane == 0) h = make_uint2(INSTR_MAGIC, (uint32_t)bid_());
+        if (lane == 1) h = make_uint2(smid(), nwarps_());
+        if (lane == 2) h = make_uint2(capacity, USE_GLOBALTIMER ? INSTR_FLAG_GLOBALTIMER : 0u);
+        put(wh - INSTR_BLOCK_HEADER_WORDS + 2 * lane, h);
       }
     }
   }
@@ -275,11 +284,20 @@ inline bool with_mode(int mode, F &&f) {
 #define INSTR_LAUNCH_MODES                                                                                 \
   INSTR_MODE_STAGED, INSTR_MODE_WARP0, INSTR_MODE_DIRECT, INSTR_MODE_STAGED | INSTR_DIAG_NOSTORE,         \
       INSTR_MODE_STAGED | INSTR_DIAG_NOGTIME, INSTR_MODE_STAGED | INSTR_DIAG_NORECORD,                    \
-      INSTR_MODE_STAGED | INSTR_DIAG_NOSTORE | INSTR_DIAG_NOGTIME | INSTR_DIAG_NORECORD
+      INSTR_MODE_STAGED | INSTR_DIAG_NOSTORE | INSTR_DIAG_NOGTIME | INSTR_DIAG_NORECORD,                  \
+      INSTR_MODE_STAGED | INSTR_OPT_V1
 
-// The Profiler of native/'s kernels: 1-D blocks, grids of at most 2 dimensions.
-template <bool ENABLED, int MODE = INSTR_MODE_STAGED, int MAX_WARPS = 8>
-using FlatProfiler = Profiler<ENABLED, false, MODE, MAX_WARPS, 16, true>;
+}  // namespace instr
+#include "instrument_v1.cuh"
+namespace instr {
+
+// The Profiler of native/'s kernels: 1-D blocks, grids of at most 2 dimensions (v1::Profiler under INSTR_OPT_V1 and in
+// DIRECT mode).
+template <bool ENABLED, int MODE = INSTR_MODE_STAGED, int MAX_WARPS = 8, bool SHARED_BATCH = false>
+using FlatProfiler =
+    std::conditional_t<(MODE & INSTR_OPT_V1) || INSTR_MODE_BASE(MODE) == INSTR_MODE_DIRECT,
+                       v1::Profiler<ENABLED, false, MODE, MAX_WARPS, 16, true>,
+                       Profiler<ENABLED, false, MODE, MAX_WARPS, 16, true, SHARED_BATCH>>;
 
 // RAII helper: instr::Scope<P> s(prof, ID); ... exits at the end of the C++ scope.
 template <typename P>

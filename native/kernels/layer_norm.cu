@@ -35,7 +35,7 @@ __device__ __forceinline__ void layer_norm_body(const half *__restrict__ x, cons
                                                 const half *__restrict__ b, half *__restrict__ y, int cols, float eps,
                                                 uint32_t *prof_buf, uint32_t cap) {
   __shared__ float red[THREADS / 32];
-  instr::FlatProfiler<PROF, MODE> prof;
+  instr::FlatProfiler<PROF, MODE, 8, true> prof;  // batch in shared memory: at 80 registers the held stamp spilled
   prof.begin(prof_buf, cap);
   const size_t base = (size_t)blockIdx.x * cols;
   float v[ITEMS];
