@@ -101,7 +101,7 @@ __device__ __forceinline__ void store2(uint32_t *p, uint32_t a, uint32_t b) {
 // SHARED_BATCH: the current batch waits in shared memory (lane 0 stores each record there, v1's way) instead of
 // in registers: for a kernel at its register cap (layer_norm, __maxnreg__(80): the held stamp spilled).
 //
-// Why it looks like this (native/NOTES.md section 13).  On the short kernels (8192 one-row blocks in 15-20 waves)
+// Why it looks like this (native/NOTES.md section 14).  On the short kernels (8192 one-row blocks in 15-20 waves)
 // every instruction begin() issues before the kernel's first load delays every block, and every one after the
 // kernel's last store holds the block's slot; and a branch ends ptxas's scheduling region (v1's `if (tid == 0)`
 // in begin() kept the kernel's own address arithmetic below it: first load at instruction 91 against the plain
