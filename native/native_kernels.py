@@ -75,8 +75,8 @@ def lowbit_fn(inputs: dict):
     if "fn" not in inputs:
         import torch
         from native import lowbit
-        # the default decode variant (auto: lean for u4); its instrumented build is the same variant (profiled()
-        # runs variant_num(M, prof=True)). Until 1 Dec 2026 the instrumented build was base only while the plain
+        # the default decode variant (auto: bulk for u4 since 2 Dec 2026, lean before); its instrumented build is
+        # the same variant (profiled() runs variant_num(M, prof=True)). Until 1 Dec 2026 the instrumented build was base only while the plain
         # call ran lean, so the overhead ratio held lean's speedup too (0.0933 / 0.0773 ms = 1.21x on the H200,
         # against 1.12x when both were base)
         inputs["fn"] = lowbit.prepare(inputs["weight"], torch.float16, M=inputs["x"].shape[0])
