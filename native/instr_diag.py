@@ -1,6 +1,6 @@
 """Take the native instrumentation header's cost apart (issue 13), ~1 minute on an H200.
 
-    python -m native.instr_diag --json OUT [--kernels matmul,softmax,layer_norm] [--rounds 3]
+    python -m native.instr_diag --json OUT [--kernels matmul,softmax,layer_norm,lowbit_lean,lowbit_bulk] [--rounds 3]
 
 For each kernel (proton_fig15's inputs at the 'llm' size) the plain build and the instrumented build in
 every mode of native_kernels.MODES, AB_MODES and DIAG_MODES are timed in turn, `--rounds` times, with the
@@ -12,7 +12,9 @@ issued predicated off, everything it would store computed), `staged_nogtime` no 
 header's clock reads and end()'s arithmetic only).  So staged - nostore is what the stores' memory traffic
 costs, staged - nogtime the timer reads, staged - norecord the in-kernel records, and bare what is left.
 `staged_v1` (native_kernels.AB_MODES) is the previous staged design, for the A/B against `staged`.
-Before timing, the plain output and every mode's output are checked against the float64 reference.
+`lowbit_lean` / `lowbit_bulk`: the u4 decode (M=1, K=8192, N=57344) in that decode variant, plain against its
+instrumented build (staged only).  Before timing, the plain output and every mode's output are checked against
+the float64 reference.
 """
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ import statistics
 import sys
 import time
 
-KERNELS = ("matmul", "softmax", "layer_norm")
+KERNELS = ("matmul", "softmax", "layer_norm", "lowbit_lean", "lowbit_bulk")
+# the low-bit decode (u4 M=1, K=8192, N=57344) in a given decode variant; its instrumented builds are staged only
+LOWBIT_VARIANTS = {"lowbit_lean": "lean", "lowbit_bulk": "bulk"}
 TOL = 2e-3
 
 
@@ -62,13 +66,20 @@ def main(argv=None) -> int:
            "kernels": {}}
     failed = False
     for name in kernels:
-        inputs = nk.make_inputs(name, "llm", "cuda", seed=0)
-        ref = nk.reference(name, inputs).double()
-        words, blocks, warps = nk.buffer_words(name, inputs, a.buffer_records)
+        kname, kmodes = name, modes
+        if name in LOWBIT_VARIANTS:
+            from native import lowbit
+            kname, kmodes = "lowbit", ["staged"]
+        inputs = nk.make_inputs(kname, "llm", "cuda", seed=0)
+        if name in LOWBIT_VARIANTS:   # lowbit_fn() keeps the prepared matmul it finds in the inputs
+            inputs["fn"] = lowbit.prepare(inputs["weight"], torch.float16, M=inputs["x"].shape[0],
+                                          variant=LOWBIT_VARIANTS[name])
+        ref = nk.reference(kname, inputs).double()
+        words, blocks, warps = nk.buffer_words(kname, inputs, a.buffer_records)
         buf = torch.zeros(words, dtype=torch.int32, device="cuda")
-        runs = {"plain": lambda: nk.run(name, inputs)}
-        for m in modes:
-            runs[m] = lambda m=m: nk.run(name, inputs, True, a.buffer_records, host=False, buffer=buf, clear=False,
+        runs = {"plain": lambda: nk.run(kname, inputs)}
+        for m in kmodes:
+            runs[m] = lambda m=m: nk.run(kname, inputs, True, a.buffer_records, host=False, buffer=buf, clear=False,
                                          mode=m)
         errs = {key: rel_err(fn()[0], ref) for key, fn in runs.items()}
         ok = all(e <= TOL for e in errs.values())
@@ -79,12 +90,12 @@ def main(argv=None) -> int:
                     rec["ms"][key].append(timer(fn).median_ms)
             plain = rec["ms"]["plain"]
             rec["ratio"] = {}
-            for m in modes:
+            for m in kmodes:
                 rs = [t / p for t, p in zip(rec["ms"][m], plain)]
                 rec["ratio"][m] = {"median": statistics.median(rs), "min": min(rs), "max": max(rs)}
             line = " | ".join(f"{m} {rec['ratio'][m]['median']:.3f} ({rec['ratio'][m]['min']:.3f}-"
-                              f"{rec['ratio'][m]['max']:.3f})" for m in modes)
-            print(f"{name:10s} plain {statistics.median(plain) * 1e3:7.1f} us, {blocks} blocks | {line}", flush=True)
+                              f"{rec['ratio'][m]['max']:.3f})" for m in kmodes)
+            print(f"{name:11s} plain {statistics.median(plain) * 1e3:7.1f} us, {blocks} blocks | {line}", flush=True)
         else:
             failed = True
             print(f"{name}: FAIL rel err {errs}", flush=True)
