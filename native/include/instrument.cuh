@@ -94,6 +94,30 @@ __device__ __forceinline__ void store2(uint32_t *p, uint32_t a, uint32_t b) {
   __stcs(reinterpret_cast<uint2 *>(p), make_uint2(a, b));
 }
 
+// The low 32 bits of a record's stamp: %globaltimer (ns) or the SM cycle counter (both Profiler designs).
+template <bool GT>
+__device__ __forceinline__ uint32_t stamp32() {
+  if constexpr (GT) return (uint32_t)globaltimer();
+  else return (uint32_t)clock();
+}
+
+// Thread, warp-count and linear block ids (both designs). FLAT: 1-D blocks and grids of at most 2 dimensions.
+template <bool FLAT>
+struct Ids {
+  __device__ __forceinline__ static uint32_t tid() {
+    if constexpr (FLAT) return threadIdx.x;
+    else return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  }
+  __device__ __forceinline__ static uint32_t nwarps() {
+    if constexpr (FLAT) return (blockDim.x + 31) / 32;
+    else return (blockDim.x * blockDim.y * blockDim.z + 31) / 32;
+  }
+  __device__ __forceinline__ static uint64_t bid() {
+    if constexpr (FLAT) return blockIdx.x + (uint64_t)gridDim.x * blockIdx.y;
+    else return blockIdx.x + (uint64_t)gridDim.x * (blockIdx.y + (uint64_t)gridDim.y * blockIdx.z);
+  }
+};
+
 // USE_GLOBALTIMER: stamp records with %globaltimer (ns) instead of the SM cycle counter.
 // MAX_WARPS: warps per block the SHARED_BATCH records are sized for (blocks of up to 32*MAX_WARPS threads).
 // FLAT: the kernel's blocks are 1-D and its grid at most 2-D (every kernel of native/): thread, warp and block
@@ -132,28 +156,13 @@ struct Profiler {
     __shared__ uint2 rec[MAX_WARPS][BATCH];
     return rec;
   }
-  __device__ __forceinline__ uint32_t stamp() const {
-    if constexpr (USE_GLOBALTIMER) {
-      return (uint32_t)globaltimer();
-    } else {
-      return (uint32_t)clock();
-    }
-  }
+  __device__ __forceinline__ uint32_t stamp() const { return stamp32<USE_GLOBALTIMER>(); }
 
-  __device__ __forceinline__ static uint32_t tid_() {
-    if constexpr (FLAT) return threadIdx.x;
-    else return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-  }
+  __device__ __forceinline__ static uint32_t tid_() { return Ids<FLAT>::tid(); }
   __device__ __forceinline__ static uint32_t lane_() { return tid_() & 31; }
   __device__ __forceinline__ static uint32_t warp_() { return tid_() / 32; }
-  __device__ __forceinline__ static uint32_t nwarps_() {
-    if constexpr (FLAT) return (blockDim.x + 31) / 32;
-    else return (blockDim.x * blockDim.y * blockDim.z + 31) / 32;
-  }
-  __device__ __forceinline__ static uint64_t bid_() {
-    if constexpr (FLAT) return blockIdx.x + (uint64_t)gridDim.x * blockIdx.y;
-    else return blockIdx.x + (uint64_t)gridDim.x * (blockIdx.y + (uint64_t)gridDim.y * blockIdx.z);
-  }
+  __device__ __forceinline__ static uint32_t nwarps_() { return Ids<FLAT>::nwarps(); }
+  __device__ __forceinline__ static uint64_t bid_() { return Ids<FLAT>::bid(); }
   // this warp records (all warps, or warp 0 in WARP0 mode): a predicate on the stores, not a branch
   __device__ __forceinline__ static bool recording_() {
     return INSTR_MODE_BASE(MODE) != INSTR_MODE_WARP0 || warp_() == 0;

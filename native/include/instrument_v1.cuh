@@ -33,26 +33,11 @@ struct Profiler {
   uint32_t begin_stamp = 0;     // DIRECT mode keeps it in a register
   bool recording = false;       // this warp records (all warps, or warp 0 in WARP0 mode)
 
-  __device__ __forceinline__ uint32_t stamp() const {
-    if constexpr (USE_GLOBALTIMER) {
-      return (uint32_t)globaltimer();
-    } else {
-      return (uint32_t)clock();
-    }
-  }
+  __device__ __forceinline__ uint32_t stamp() const { return stamp32<USE_GLOBALTIMER>(); }
 
-  __device__ __forceinline__ static uint32_t tid_() {
-    if constexpr (FLAT) return threadIdx.x;
-    else return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-  }
-  __device__ __forceinline__ static uint32_t nwarps_() {
-    if constexpr (FLAT) return (blockDim.x + 31) / 32;
-    else return (blockDim.x * blockDim.y * blockDim.z + 31) / 32;
-  }
-  __device__ __forceinline__ static uint64_t bid_() {
-    if constexpr (FLAT) return blockIdx.x + (uint64_t)gridDim.x * blockIdx.y;
-    else return blockIdx.x + (uint64_t)gridDim.x * (blockIdx.y + (uint64_t)gridDim.y * blockIdx.z);
-  }
+  __device__ __forceinline__ static uint32_t tid_() { return Ids<FLAT>::tid(); }
+  __device__ __forceinline__ static uint32_t nwarps_() { return Ids<FLAT>::nwarps(); }
+  __device__ __forceinline__ static uint64_t bid_() { return Ids<FLAT>::bid(); }
   __device__ __forceinline__ uint32_t *block_base() const { return buffer + bid_() * block_words(nwarps_(), capacity); }
   // The warp's header: computed once in begin() (64-bit block offset from the 3-D block id and block size) and
   // kept in shared memory, so end() -- on every block's critical path -- loads it instead of recomputing it
