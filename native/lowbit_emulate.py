@@ -32,7 +32,7 @@ def emulate_gemv(pw, x: torch.Tensor, grid: int, defer: bool = False):
     partial pieces' counts added at the block's end (the kernel's DEFER: bulk variant, 4-bit codes)."""
     rec, L = pw.rec, pw.L
     M = x.shape[0]
-    vals = LL.emulate_values(rec, pw.words, L)                 # exact code values [Kpad, Npad]
+    vals = LL.emulate_values(rec, pw.words, L)                 # exact code values + rec.bias [Kpad, Npad]
     xc = x.detach().cpu()
     if pw.xsplit:                                              # xsplit_kernel: hi = bf16(x), lo = bf16(x - hi)
         hi = xc.to(torch.bfloat16)
@@ -80,6 +80,7 @@ def emulate_gemv(pw, x: torch.Tensor, grid: int, defer: bool = False):
             g0, cnt = tab & 0xFFFF, (tab >> 16) & 0xF
             assert sidx < cnt, f"flush of staged scale slot {sidx}, the stage holds {cnt}"
             s, z = _channel_scales(sc, nb, g0 + sidx, rec.zero)
+            z = z + rec.bias                                   # deq() left the magic number in (Recipe.bias)
             total = total + s * acc - (s * z) * xs
             acc = torch.zeros_like(acc)
             xs = torch.zeros_like(xs)

@@ -137,6 +137,11 @@ class Term:
     dest: tuple                 # destination bit (within the half) of each code bit
     src: tuple                  # (word, source bit within the half) of each code bit
 
+    @property
+    def identity(self) -> bool:
+        """fma(v, c1, c2) = v: the pieces' bit pattern is already the term's value (no instruction)."""
+        return self.c2 == 0 and self.c1 in (0x3C00, 0x3F80)
+
 
 @dataclass(frozen=True)
 class Recipe:
@@ -146,6 +151,9 @@ class Recipe:
     kind: str                   # "int" (magic-number terms) | "float" (bit-pattern term)
     zero: bool                  # uint: a per-group zero point (the kernel sums x per group)
     pairs: tuple                # 16 tuples of Term
+    bias: float = 0.0           # what the tensor cores see is value + bias: uint recipes leave the magic number
+                                # in (the kernel adds bias to the zero point, which it subtracts times sum(x)
+                                # anyway), so a code whose bits sit at the mantissa's bottom needs no fma
 
     @property
     def name(self) -> str:
@@ -159,7 +167,7 @@ class Recipe:
         """Dequantization instructions per chunk (16 pairs = 32 weights), as the compiler should emit them."""
         shifts = {(p.word, p.shift) for terms in self.pairs for t in terms for p in t.pieces if p.shift}
         lop = sum(len(t.pieces) for terms in self.pairs for t in terms)
-        fma = sum(len(terms) for terms in self.pairs)
+        fma = sum(not t.identity for terms in self.pairs for t in terms)
         add = sum(len(terms) - 1 for terms in self.pairs)
         total = lop + len(shifts) + fma + add
         return {"lop3": lop, "shift": len(shifts), "fma": fma + add, "total": total, "per_weight": total / 32}
@@ -182,8 +190,9 @@ def target_for(fmt: WeightFormat, act: str) -> tuple[Target, bool]:
     return F16, False
 
 
-def _term_specs(fmt: WeightFormat, tgt: Target):
-    """Per term: (code bits, dest(cb, p), candidate p's, magic, constants(p) -> (c1, c2))."""
+def _term_specs(fmt: WeightFormat, tgt: Target, fold: bool = False):
+    """Per term: (code bits, dest(cb, p), candidate p's, magic, constants(p) -> (c1, c2)).  fold (uint, one term):
+    the term's value is magic + code (Recipe.bias): at p = 0 the fma is the identity."""
     b = fmt.bits
     sk = stored_kind(fmt)
     if sk == "float":
@@ -210,6 +219,8 @@ def _term_specs(fmt: WeightFormat, tgt: Target):
 
         def consts(p, lo=lo, o=o):
             c1 = enc(2.0 ** (lo - p) * unit, tgt)
+            if fold:                # (magic + code * 2^p) * 2^-p + magic * (1 - 2^-p) = magic + code
+                return c1, enc(mv * (1.0 - 2.0 ** -p), tgt)
             c2 = enc(-(mv * 2.0 ** (lo - p) + o) * unit, tgt)
             return c1, c2
 
@@ -247,15 +258,31 @@ def _capacity(used: int, s: int, bits_, dest, ps) -> int:
     return n
 
 
+def fold_ok(fmt: WeightFormat, tgt: Target) -> bool:
+    """uint codes that fit one term (all but bf16 u8): their recipe can leave the magic number in."""
+    return stored_kind(fmt) == "uint" and fmt.bits <= tgt.mant
+
+
 @lru_cache(maxsize=None)
 def build_recipe(fmt_name: str, target: str) -> Recipe:
+    """The cheaper of the packings with and without the magic number left in (fold_ok formats), else the
+    packing without it."""
+    fmt = parse_format(fmt_name)
+    plain = _pack(fmt_name, target, False)
+    if not fold_ok(fmt, TARGETS[target]):
+        return plain
+    folded = _pack(fmt_name, target, True)
+    return folded if folded.cost()["total"] < plain.cost()["total"] else plain
+
+
+def _pack(fmt_name: str, target: str, fold: bool) -> Recipe:
     """Greedy packing: pair by pair, term by term, place the code bits into (word, shift) slots,
-    preferring one piece per term, then (word, shift) combinations already paid for, then
-    placements that keep the words' free bits contiguous."""
+    preferring one piece per term, then the fewest new instructions (a (word, shift) not yet paid for; with
+    fold an fma that is not the identity), then placements that keep the words' free bits contiguous."""
     fmt = parse_format(fmt_name)
     tgt = TARGETS[target]
     b = fmt.bits
-    specs = _term_specs(fmt, tgt)
+    specs = _term_specs(fmt, tgt, fold)
     used = [0] * b
     paid: set = set()
     pairs = []
@@ -280,7 +307,8 @@ def build_recipe(fmt_name: str, target: str) -> Recipe:
                                 nu |= 1 << (ds[cb] + s)
                             new = bool(s) and (w, s) not in paid
                             cap = _capacity(nu, s, bits_, dest, ps) if new else 0
-                            key = (len(cov) < len(remaining), new, -len(cov), -cap, _free_runs(nu), w, abs(s), s, pc)
+                            cost = int(new) + int(fold and pc != 0)
+                            key = (len(cov) < len(remaining), cost, -len(cov), -cap, _free_runs(nu), w, abs(s), s, pc)
                             if best is None or key < best[0]:
                                 best = (key, pc, w, s, cov)
                 if best is None:
@@ -306,7 +334,7 @@ def build_recipe(fmt_name: str, target: str) -> Recipe:
     if any(u != 0xFFFF for u in used):
         raise RuntimeError(f"{fmt_name}/{target}: words not fully used: {[hex(u) for u in used]}")
     kind = "float" if stored_kind(fmt) == "float" else "int"
-    return Recipe(fmt.name, target, b, kind, fmt.kind == "uint", tuple(pairs))
+    return Recipe(fmt.name, target, b, kind, fmt.kind == "uint", tuple(pairs), tgt.magic_value if fold else 0.0)
 
 
 def recipe_for(fmt, act: str) -> tuple[Recipe, bool]:
@@ -581,6 +609,7 @@ def render_recipe(rec: Recipe) -> str:
              f"  static constexpr bool BULK = {'true' if rec.name in BULK else 'false'};   // decode variant 3 built",
              f"  static constexpr uint32_t MAGIC = 0x{TARGETS[rec.target].magic * 0x10001:08x}u;  "
              "// pass to deq() through a register",
+             f"  static constexpr float BIAS = {rec.bias:.1f}f;   // deq() gives value + BIAS (added to the zero point)",
              "  __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {"]
     for i, terms in enumerate(rec.pairs):
         vals = []
@@ -588,7 +617,10 @@ def render_recipe(rec: Recipe) -> str:
             # the magic comes in as a runtime value (`magic`, in a register), so that ptxas fuses
             # mask and magic into one 3-input LOP3 (two immediates do not fit one LOP3)
             expr = " | ".join([_cexpr_piece(pc, rec.bits) for pc in t.pieces] + (["magic"] if t.magic else []))
-            vals.append(f"{fn}({expr}, 0x{t.c1 | (t.c1 << 16):08x}u, 0x{t.c2 | (t.c2 << 16):08x}u)")
+            if t.identity:
+                vals.append(f"({expr})")
+            else:
+                vals.append(f"{fn}({expr}, 0x{t.c1 | (t.c1 << 16):08x}u, 0x{t.c2 | (t.c2 << 16):08x}u)")
         if len(vals) == 1:
             lines.append(f"    a[{i}] = {vals[0]};")
         else:

@@ -229,7 +229,8 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
       float s0, s1, z0 = 0.f, z1 = 0.f;
       if constexpr (R::ZERO) {
         const uint2 v = *reinterpret_cast<const uint2 *>(sp + (nt * 8 + g) * 8);
-        s0 = lo_f32<OB>(v.x), s1 = hi_f32<OB>(v.x), z0 = lo_f32<OB>(v.y), z1 = hi_f32<OB>(v.y);
+        // R::BIAS: deq() left the magic number in (lowbit_layout.Recipe.bias); it goes with the zero point
+        s0 = lo_f32<OB>(v.x), s1 = hi_f32<OB>(v.x), z0 = lo_f32<OB>(v.y) + R::BIAS, z1 = hi_f32<OB>(v.y) + R::BIAS;
       } else {
         const uint32_t v = *reinterpret_cast<const uint32_t *>(sp + (nt * 8 + g) * 4);
         s0 = lo_f32<OB>(v), s1 = hi_f32<OB>(v);
@@ -506,7 +507,7 @@ __global__ void __launch_bounds__(THREADS) lowbit_dequant_kernel(const __grid_co
         if (n >= p.N) continue;
         const size_t si = (size_t)grp * p.N + n;
         const float s = lo_f32<OB>(sc[si]);
-        const float z = R::ZERO ? lo_f32<OB>(zp[si]) : 0.f;
+        const float z = R::ZERO ? lo_f32<OB>(zp[si]) + R::BIAS : 0.f;
         // k0 + {0,1}: pair (r=0, jk=0), {2,3}: (0,1), {4,5}: (1,0), {6,7}: (1,1); pair i = 8r + 4nt + 2jk + jn
         uint32_t o[4];
 #pragma unroll

@@ -8,7 +8,7 @@
 
 namespace lowbit {
 
-// u1 on f16 tensor cores: 33 instructions per 32 weights (16 lop3, 1 shifts, 16 fma)
+// u1 on f16 tensor cores: 31 instructions per 32 weights (16 lop3, 14 shifts, 1 fma)
 struct rec_f16_u1 {
   static constexpr const char *NAME = "f16_u1";
   static constexpr int BITS = 1;
@@ -20,27 +20,28 @@ struct rec_f16_u1 {
   static constexpr bool TUNE = true;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 1024.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_f16((w[0] & 0x00010001u) | magic, 0x3c003c00u, 0xe400e400u);
-    a[1] = hfma2_f16((w[0] & 0x00020002u) | magic, 0x38003800u, 0xe000e000u);
-    a[2] = hfma2_f16((w[0] & 0x00040004u) | magic, 0x34003400u, 0xdc00dc00u);
-    a[3] = hfma2_f16((w[0] & 0x00080008u) | magic, 0x30003000u, 0xd800d800u);
-    a[4] = hfma2_f16((w[0] & 0x00100010u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[5] = hfma2_f16((w[0] & 0x00200020u) | magic, 0x28002800u, 0xd000d000u);
-    a[6] = hfma2_f16((w[0] & 0x00400040u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[7] = hfma2_f16((w[0] & 0x00800080u) | magic, 0x20002000u, 0xc800c800u);
-    a[8] = hfma2_f16((w[0] & 0x01000100u) | magic, 0x1c001c00u, 0xc400c400u);
-    a[9] = hfma2_f16((w[0] & 0x02000200u) | magic, 0x18001800u, 0xc000c000u);
-    a[10] = hfma2_f16(((w[0] >> 6) & 0x00100010u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[11] = hfma2_f16(((w[0] >> 6) & 0x00200020u) | magic, 0x28002800u, 0xd000d000u);
-    a[12] = hfma2_f16(((w[0] >> 6) & 0x00400040u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[13] = hfma2_f16(((w[0] >> 6) & 0x00800080u) | magic, 0x20002000u, 0xc800c800u);
-    a[14] = hfma2_f16(((w[0] >> 6) & 0x01000100u) | magic, 0x1c001c00u, 0xc400c400u);
-    a[15] = hfma2_f16(((w[0] >> 6) & 0x02000200u) | magic, 0x18001800u, 0xc000c000u);
+    a[0] = ((w[0] & 0x00010001u) | magic);
+    a[1] = (((w[0] >> 1) & 0x00010001u) | magic);
+    a[2] = (((w[0] >> 2) & 0x00010001u) | magic);
+    a[3] = (((w[0] >> 3) & 0x00010001u) | magic);
+    a[4] = (((w[0] >> 4) & 0x00010001u) | magic);
+    a[5] = (((w[0] >> 5) & 0x00010001u) | magic);
+    a[6] = (((w[0] >> 6) & 0x00010001u) | magic);
+    a[7] = (((w[0] >> 7) & 0x00010001u) | magic);
+    a[8] = (((w[0] >> 8) & 0x00010001u) | magic);
+    a[9] = (((w[0] >> 9) & 0x00010001u) | magic);
+    a[10] = (((w[0] >> 10) & 0x00010001u) | magic);
+    a[11] = (((w[0] >> 11) & 0x00010001u) | magic);
+    a[12] = (((w[0] >> 12) & 0x00010001u) | magic);
+    a[13] = (((w[0] >> 13) & 0x00010001u) | magic);
+    a[14] = (((w[0] >> 14) & 0x00010001u) | magic);
+    a[15] = hfma2_f16(((w[0] >> 6) & 0x02000200u) | magic, 0x18001800u, 0x63fc63fcu);
   }
 };
 
-// u2 on f16 tensor cores: 34 instructions per 32 weights (16 lop3, 2 shifts, 16 fma)
+// u2 on f16 tensor cores: 30 instructions per 32 weights (16 lop3, 12 shifts, 2 fma)
 struct rec_f16_u2 {
   static constexpr const char *NAME = "f16_u2";
   static constexpr int BITS = 2;
@@ -52,27 +53,28 @@ struct rec_f16_u2 {
   static constexpr bool TUNE = true;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 1024.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_f16((w[0] & 0x00030003u) | magic, 0x3c003c00u, 0xe400e400u);
-    a[1] = hfma2_f16((w[0] & 0x000c000cu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[2] = hfma2_f16((w[0] & 0x00300030u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[3] = hfma2_f16((w[0] & 0x00c000c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[4] = hfma2_f16((w[0] & 0x03000300u) | magic, 0x1c001c00u, 0xc400c400u);
-    a[5] = hfma2_f16((w[1] & 0x00030003u) | magic, 0x3c003c00u, 0xe400e400u);
-    a[6] = hfma2_f16((w[1] & 0x000c000cu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[7] = hfma2_f16((w[1] & 0x00300030u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[8] = hfma2_f16((w[1] & 0x00c000c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[9] = hfma2_f16((w[1] & 0x03000300u) | magic, 0x1c001c00u, 0xc400c400u);
-    a[10] = hfma2_f16(((w[0] >> 6) & 0x00300030u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[11] = hfma2_f16(((w[0] >> 6) & 0x00c000c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[12] = hfma2_f16(((w[0] >> 6) & 0x03000300u) | magic, 0x1c001c00u, 0xc400c400u);
-    a[13] = hfma2_f16(((w[1] >> 6) & 0x00300030u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[14] = hfma2_f16(((w[1] >> 6) & 0x00c000c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[15] = hfma2_f16(((w[1] >> 6) & 0x03000300u) | magic, 0x1c001c00u, 0xc400c400u);
+    a[0] = ((w[0] & 0x00030003u) | magic);
+    a[1] = ((w[1] & 0x00030003u) | magic);
+    a[2] = (((w[0] >> 2) & 0x00030003u) | magic);
+    a[3] = (((w[0] >> 4) & 0x00030003u) | magic);
+    a[4] = (((w[0] >> 6) & 0x00030003u) | magic);
+    a[5] = (((w[1] >> 2) & 0x00030003u) | magic);
+    a[6] = (((w[1] >> 4) & 0x00030003u) | magic);
+    a[7] = (((w[1] >> 6) & 0x00030003u) | magic);
+    a[8] = (((w[0] >> 8) & 0x00030003u) | magic);
+    a[9] = (((w[1] >> 8) & 0x00030003u) | magic);
+    a[10] = (((w[0] >> 10) & 0x00030003u) | magic);
+    a[11] = (((w[1] >> 10) & 0x00030003u) | magic);
+    a[12] = (((w[0] >> 12) & 0x00030003u) | magic);
+    a[13] = (((w[1] >> 12) & 0x00030003u) | magic);
+    a[14] = hfma2_f16(((w[0] >> 6) & 0x03000300u) | magic, 0x1c001c00u, 0x63f863f8u);
+    a[15] = hfma2_f16(((w[1] >> 6) & 0x03000300u) | magic, 0x1c001c00u, 0x63f863f8u);
   }
 };
 
-// u3 on f16 tensor cores: 40 instructions per 32 weights (18 lop3, 6 shifts, 16 fma)
+// u3 on f16 tensor cores: 33 instructions per 32 weights (18 lop3, 11 shifts, 4 fma)
 struct rec_f16_u3 {
   static constexpr const char *NAME = "f16_u3";
   static constexpr int BITS = 3;
@@ -84,27 +86,28 @@ struct rec_f16_u3 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 1024.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_f16((w[0] & 0x00070007u) | magic, 0x3c003c00u, 0xe400e400u);
-    a[1] = hfma2_f16((w[0] & 0x00380038u) | magic, 0x30003000u, 0xd800d800u);
-    a[2] = hfma2_f16((w[0] & 0x01c001c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[3] = hfma2_f16((w[1] & 0x00070007u) | magic, 0x3c003c00u, 0xe400e400u);
-    a[4] = hfma2_f16((w[1] & 0x00380038u) | magic, 0x30003000u, 0xd800d800u);
-    a[5] = hfma2_f16((w[1] & 0x01c001c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[6] = hfma2_f16((w[2] & 0x00070007u) | magic, 0x3c003c00u, 0xe400e400u);
-    a[7] = hfma2_f16((w[2] & 0x00380038u) | magic, 0x30003000u, 0xd800d800u);
-    a[8] = hfma2_f16((w[2] & 0x01c001c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[9] = hfma2_f16(((w[0] >> 5) & 0x00700070u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[10] = hfma2_f16(((w[0] >> 5) & 0x03800380u) | magic, 0x20002000u, 0xc800c800u);
-    a[11] = hfma2_f16(((w[1] >> 5) & 0x00700070u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[12] = hfma2_f16(((w[1] >> 5) & 0x03800380u) | magic, 0x20002000u, 0xc800c800u);
-    a[13] = hfma2_f16(((w[2] >> 5) & 0x00700070u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[14] = hfma2_f16(((w[2] >> 5) & 0x03800380u) | magic, 0x20002000u, 0xc800c800u);
-    a[15] = hfma2_f16(((w[0] >> 6) & 0x02000200u) | ((w[1] >> 7) & 0x01000100u) | ((w[2] >> 8) & 0x00800080u) | magic, 0x20002000u, 0xc800c800u);
+    a[0] = ((w[0] & 0x00070007u) | magic);
+    a[1] = ((w[1] & 0x00070007u) | magic);
+    a[2] = ((w[2] & 0x00070007u) | magic);
+    a[3] = (((w[0] >> 3) & 0x00070007u) | magic);
+    a[4] = (((w[0] >> 6) & 0x00070007u) | magic);
+    a[5] = (((w[1] >> 3) & 0x00070007u) | magic);
+    a[6] = (((w[1] >> 6) & 0x00070007u) | magic);
+    a[7] = (((w[2] >> 3) & 0x00070007u) | magic);
+    a[8] = (((w[2] >> 6) & 0x00070007u) | magic);
+    a[9] = (((w[0] >> 9) & 0x00070007u) | magic);
+    a[10] = (((w[1] >> 9) & 0x00070007u) | magic);
+    a[11] = (((w[2] >> 9) & 0x00070007u) | magic);
+    a[12] = hfma2_f16(((w[0] >> 6) & 0x01c001c0u) | magic, 0x24002400u, 0x63e063e0u);
+    a[13] = hfma2_f16(((w[1] >> 6) & 0x01c001c0u) | magic, 0x24002400u, 0x63e063e0u);
+    a[14] = hfma2_f16(((w[2] >> 6) & 0x01c001c0u) | magic, 0x24002400u, 0x63e063e0u);
+    a[15] = hfma2_f16(((w[0] >> 6) & 0x02000200u) | ((w[1] >> 7) & 0x01000100u) | ((w[2] >> 8) & 0x00800080u) | magic, 0x20002000u, 0x63f063f0u);
   }
 };
 
-// u4 on f16 tensor cores: 36 instructions per 32 weights (16 lop3, 4 shifts, 16 fma)
+// u4 on f16 tensor cores: 28 instructions per 32 weights (16 lop3, 8 shifts, 4 fma)
 struct rec_f16_u4 {
   static constexpr const char *NAME = "f16_u4";
   static constexpr int BITS = 4;
@@ -116,27 +119,28 @@ struct rec_f16_u4 {
   static constexpr bool TUNE = true;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 1024.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_f16((w[0] & 0x000f000fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[1] = hfma2_f16((w[0] & 0x00f000f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[2] = hfma2_f16((w[1] & 0x000f000fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[3] = hfma2_f16((w[1] & 0x00f000f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[4] = hfma2_f16((w[2] & 0x000f000fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[5] = hfma2_f16((w[2] & 0x00f000f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[6] = hfma2_f16((w[3] & 0x000f000fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[7] = hfma2_f16((w[3] & 0x00f000f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[8] = hfma2_f16(((w[0] >> 6) & 0x003c003cu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[9] = hfma2_f16(((w[0] >> 6) & 0x03c003c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[10] = hfma2_f16(((w[1] >> 6) & 0x003c003cu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[11] = hfma2_f16(((w[1] >> 6) & 0x03c003c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[12] = hfma2_f16(((w[2] >> 6) & 0x003c003cu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[13] = hfma2_f16(((w[2] >> 6) & 0x03c003c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[14] = hfma2_f16(((w[3] >> 6) & 0x003c003cu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[15] = hfma2_f16(((w[3] >> 6) & 0x03c003c0u) | magic, 0x24002400u, 0xcc00cc00u);
+    a[0] = ((w[0] & 0x000f000fu) | magic);
+    a[1] = ((w[1] & 0x000f000fu) | magic);
+    a[2] = ((w[2] & 0x000f000fu) | magic);
+    a[3] = ((w[3] & 0x000f000fu) | magic);
+    a[4] = (((w[0] >> 4) & 0x000f000fu) | magic);
+    a[5] = (((w[0] >> 8) & 0x000f000fu) | magic);
+    a[6] = (((w[1] >> 4) & 0x000f000fu) | magic);
+    a[7] = (((w[1] >> 8) & 0x000f000fu) | magic);
+    a[8] = (((w[2] >> 4) & 0x000f000fu) | magic);
+    a[9] = (((w[2] >> 8) & 0x000f000fu) | magic);
+    a[10] = (((w[3] >> 4) & 0x000f000fu) | magic);
+    a[11] = (((w[3] >> 8) & 0x000f000fu) | magic);
+    a[12] = hfma2_f16(((w[0] >> 8) & 0x00f000f0u) | magic, 0x2c002c00u, 0x63806380u);
+    a[13] = hfma2_f16(((w[1] >> 8) & 0x00f000f0u) | magic, 0x2c002c00u, 0x63806380u);
+    a[14] = hfma2_f16(((w[2] >> 8) & 0x00f000f0u) | magic, 0x2c002c00u, 0x63806380u);
+    a[15] = hfma2_f16(((w[3] >> 8) & 0x00f000f0u) | magic, 0x2c002c00u, 0x63806380u);
   }
 };
 
-// u5 on f16 tensor cores: 46 instructions per 32 weights (20 lop3, 10 shifts, 16 fma)
+// u5 on f16 tensor cores: 35 instructions per 32 weights (20 lop3, 10 shifts, 5 fma)
 struct rec_f16_u5 {
   static constexpr const char *NAME = "f16_u5";
   static constexpr int BITS = 5;
@@ -148,27 +152,28 @@ struct rec_f16_u5 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 1024.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_f16((w[0] & 0x001f001fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[1] = hfma2_f16((w[0] & 0x03e003e0u) | magic, 0x28002800u, 0xd000d000u);
-    a[2] = hfma2_f16((w[1] & 0x001f001fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[3] = hfma2_f16((w[1] & 0x03e003e0u) | magic, 0x28002800u, 0xd000d000u);
-    a[4] = hfma2_f16((w[2] & 0x001f001fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[5] = hfma2_f16((w[2] & 0x03e003e0u) | magic, 0x28002800u, 0xd000d000u);
-    a[6] = hfma2_f16((w[3] & 0x001f001fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[7] = hfma2_f16((w[3] & 0x03e003e0u) | magic, 0x28002800u, 0xd000d000u);
-    a[8] = hfma2_f16((w[4] & 0x001f001fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[9] = hfma2_f16((w[4] & 0x03e003e0u) | magic, 0x28002800u, 0xd000d000u);
-    a[10] = hfma2_f16(((w[0] >> 5) & 0x03e003e0u) | magic, 0x28002800u, 0xd000d000u);
-    a[11] = hfma2_f16(((w[1] >> 5) & 0x03e003e0u) | magic, 0x28002800u, 0xd000d000u);
-    a[12] = hfma2_f16(((w[2] >> 5) & 0x03e003e0u) | magic, 0x28002800u, 0xd000d000u);
-    a[13] = hfma2_f16(((w[3] >> 5) & 0x03e003e0u) | magic, 0x28002800u, 0xd000d000u);
-    a[14] = hfma2_f16(((w[4] >> 5) & 0x03e003e0u) | magic, 0x28002800u, 0xd000d000u);
-    a[15] = hfma2_f16(((w[0] >> 6) & 0x02000200u) | ((w[1] >> 7) & 0x01000100u) | ((w[2] >> 8) & 0x00800080u) | ((w[3] >> 9) & 0x00400040u) | ((w[4] >> 10) & 0x00200020u) | magic, 0x28002800u, 0xd000d000u);
+    a[0] = ((w[0] & 0x001f001fu) | magic);
+    a[1] = ((w[1] & 0x001f001fu) | magic);
+    a[2] = ((w[2] & 0x001f001fu) | magic);
+    a[3] = ((w[3] & 0x001f001fu) | magic);
+    a[4] = ((w[4] & 0x001f001fu) | magic);
+    a[5] = (((w[0] >> 5) & 0x001f001fu) | magic);
+    a[6] = (((w[1] >> 5) & 0x001f001fu) | magic);
+    a[7] = (((w[2] >> 5) & 0x001f001fu) | magic);
+    a[8] = (((w[3] >> 5) & 0x001f001fu) | magic);
+    a[9] = (((w[4] >> 5) & 0x001f001fu) | magic);
+    a[10] = hfma2_f16(((w[0] >> 5) & 0x03e003e0u) | magic, 0x28002800u, 0x63c063c0u);
+    a[11] = hfma2_f16(((w[1] >> 5) & 0x03e003e0u) | magic, 0x28002800u, 0x63c063c0u);
+    a[12] = hfma2_f16(((w[2] >> 5) & 0x03e003e0u) | magic, 0x28002800u, 0x63c063c0u);
+    a[13] = hfma2_f16(((w[3] >> 5) & 0x03e003e0u) | magic, 0x28002800u, 0x63c063c0u);
+    a[14] = hfma2_f16(((w[4] >> 5) & 0x03e003e0u) | magic, 0x28002800u, 0x63c063c0u);
+    a[15] = (((w[0] >> 11) & 0x00100010u) | ((w[1] >> 12) & 0x00080008u) | ((w[2] >> 13) & 0x00040004u) | ((w[3] >> 14) & 0x00020002u) | ((w[4] >> 15) & 0x00010001u) | magic);
   }
 };
 
-// u6 on f16 tensor cores: 48 instructions per 32 weights (20 lop3, 12 shifts, 16 fma)
+// u6 on f16 tensor cores: 34 instructions per 32 weights (20 lop3, 10 shifts, 4 fma)
 struct rec_f16_u6 {
   static constexpr const char *NAME = "f16_u6";
   static constexpr int BITS = 6;
@@ -180,27 +185,28 @@ struct rec_f16_u6 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 1024.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_f16((w[0] & 0x003f003fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[1] = hfma2_f16((w[1] & 0x003f003fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[2] = hfma2_f16((w[2] & 0x003f003fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[3] = hfma2_f16((w[3] & 0x003f003fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[4] = hfma2_f16((w[4] & 0x003f003fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[5] = hfma2_f16((w[5] & 0x003f003fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[6] = hfma2_f16(((w[0] >> 2) & 0x03f003f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[7] = hfma2_f16(((w[1] >> 2) & 0x03f003f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[8] = hfma2_f16(((w[2] >> 2) & 0x03f003f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[9] = hfma2_f16(((w[3] >> 2) & 0x03f003f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[10] = hfma2_f16(((w[4] >> 2) & 0x03f003f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[11] = hfma2_f16(((w[5] >> 2) & 0x03f003f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[12] = hfma2_f16(((w[0] >> 6) & 0x03c003c0u) | ((w[1] >> 8) & 0x00300030u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[13] = hfma2_f16(((w[1] >> 8) & 0x00c000c0u) | ((w[2] >> 10) & 0x003c003cu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[14] = hfma2_f16(((w[3] >> 6) & 0x03c003c0u) | ((w[4] >> 8) & 0x00300030u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[15] = hfma2_f16(((w[4] >> 8) & 0x00c000c0u) | ((w[5] >> 10) & 0x003c003cu) | magic, 0x34003400u, 0xdc00dc00u);
+    a[0] = ((w[0] & 0x003f003fu) | magic);
+    a[1] = ((w[1] & 0x003f003fu) | magic);
+    a[2] = ((w[2] & 0x003f003fu) | magic);
+    a[3] = ((w[3] & 0x003f003fu) | magic);
+    a[4] = ((w[4] & 0x003f003fu) | magic);
+    a[5] = ((w[5] & 0x003f003fu) | magic);
+    a[6] = (((w[0] >> 6) & 0x003f003fu) | magic);
+    a[7] = (((w[1] >> 6) & 0x003f003fu) | magic);
+    a[8] = (((w[2] >> 6) & 0x003f003fu) | magic);
+    a[9] = (((w[3] >> 6) & 0x003f003fu) | magic);
+    a[10] = (((w[4] >> 6) & 0x003f003fu) | magic);
+    a[11] = (((w[5] >> 6) & 0x003f003fu) | magic);
+    a[12] = hfma2_f16(((w[0] >> 6) & 0x03c003c0u) | ((w[1] >> 8) & 0x00300030u) | magic, 0x2c002c00u, 0x63806380u);
+    a[13] = hfma2_f16(((w[1] >> 10) & 0x00300030u) | ((w[2] >> 6) & 0x03c003c0u) | magic, 0x2c002c00u, 0x63806380u);
+    a[14] = hfma2_f16(((w[3] >> 6) & 0x03c003c0u) | ((w[4] >> 8) & 0x00300030u) | magic, 0x2c002c00u, 0x63806380u);
+    a[15] = hfma2_f16(((w[4] >> 10) & 0x00300030u) | ((w[5] >> 6) & 0x03c003c0u) | magic, 0x2c002c00u, 0x63806380u);
   }
 };
 
-// u7 on f16 tensor cores: 52 instructions per 32 weights (22 lop3, 14 shifts, 16 fma)
+// u7 on f16 tensor cores: 38 instructions per 32 weights (23 lop3, 14 shifts, 1 fma)
 struct rec_f16_u7 {
   static constexpr const char *NAME = "f16_u7";
   static constexpr int BITS = 7;
@@ -212,27 +218,28 @@ struct rec_f16_u7 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 1024.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_f16((w[0] & 0x007f007fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[1] = hfma2_f16((w[1] & 0x007f007fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[2] = hfma2_f16((w[2] & 0x007f007fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[3] = hfma2_f16((w[3] & 0x007f007fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[4] = hfma2_f16((w[4] & 0x007f007fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[5] = hfma2_f16((w[5] & 0x007f007fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[6] = hfma2_f16((w[6] & 0x007f007fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[7] = hfma2_f16(((w[0] >> 4) & 0x03f803f8u) | magic, 0x30003000u, 0xd800d800u);
-    a[8] = hfma2_f16(((w[1] >> 4) & 0x03f803f8u) | magic, 0x30003000u, 0xd800d800u);
-    a[9] = hfma2_f16(((w[2] >> 4) & 0x03f803f8u) | magic, 0x30003000u, 0xd800d800u);
-    a[10] = hfma2_f16(((w[3] >> 4) & 0x03f803f8u) | magic, 0x30003000u, 0xd800d800u);
-    a[11] = hfma2_f16(((w[4] >> 4) & 0x03f803f8u) | magic, 0x30003000u, 0xd800d800u);
-    a[12] = hfma2_f16(((w[5] >> 4) & 0x03f803f8u) | magic, 0x30003000u, 0xd800d800u);
-    a[13] = hfma2_f16(((w[6] >> 4) & 0x03f803f8u) | magic, 0x30003000u, 0xd800d800u);
-    a[14] = hfma2_f16(((w[0] >> 6) & 0x03000300u) | ((w[1] >> 8) & 0x00c000c0u) | ((w[2] >> 10) & 0x00300030u) | ((w[3] >> 11) & 0x00080008u) | magic, 0x30003000u, 0xd800d800u);
-    a[15] = hfma2_f16(((w[3] >> 11) & 0x00100010u) | ((w[4] >> 9) & 0x00600060u) | ((w[5] >> 12) & 0x000c000cu) | ((w[6] >> 14) & 0x00030003u) | magic, 0x3c003c00u, 0xe400e400u);
+    a[0] = ((w[0] & 0x007f007fu) | magic);
+    a[1] = ((w[1] & 0x007f007fu) | magic);
+    a[2] = ((w[2] & 0x007f007fu) | magic);
+    a[3] = ((w[3] & 0x007f007fu) | magic);
+    a[4] = ((w[4] & 0x007f007fu) | magic);
+    a[5] = ((w[5] & 0x007f007fu) | magic);
+    a[6] = ((w[6] & 0x007f007fu) | magic);
+    a[7] = (((w[0] >> 7) & 0x007f007fu) | magic);
+    a[8] = (((w[1] >> 7) & 0x007f007fu) | magic);
+    a[9] = (((w[2] >> 7) & 0x007f007fu) | magic);
+    a[10] = (((w[3] >> 7) & 0x007f007fu) | magic);
+    a[11] = (((w[4] >> 7) & 0x007f007fu) | magic);
+    a[12] = (((w[5] >> 7) & 0x007f007fu) | magic);
+    a[13] = (((w[6] >> 7) & 0x007f007fu) | magic);
+    a[14] = hfma2_f16(((w[0] >> 7) & 0x01800180u) | ((w[1] >> 9) & 0x00600060u) | ((w[2] >> 11) & 0x00180018u) | ((w[3] >> 12) & 0x00040004u) | magic, 0x34003400u, 0x62006200u);
+    a[15] = (((w[3] >> 12) & 0x00080008u) | ((w[4] >> 9) & 0x00600060u) | ((w[5] >> 13) & 0x00060006u) | ((w[6] >> 10) & 0x00100010u) | ((w[6] >> 15) & 0x00010001u) | magic);
   }
 };
 
-// u8 on f16 tensor cores: 40 instructions per 32 weights (16 lop3, 8 shifts, 16 fma)
+// u8 on f16 tensor cores: 24 instructions per 32 weights (16 lop3, 8 shifts, 0 fma)
 struct rec_f16_u8 {
   static constexpr const char *NAME = "f16_u8";
   static constexpr int BITS = 8;
@@ -244,23 +251,24 @@ struct rec_f16_u8 {
   static constexpr bool TUNE = true;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 1024.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_f16((w[0] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[1] = hfma2_f16((w[1] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[2] = hfma2_f16((w[2] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[3] = hfma2_f16((w[3] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[4] = hfma2_f16((w[4] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[5] = hfma2_f16((w[5] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[6] = hfma2_f16((w[6] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[7] = hfma2_f16((w[7] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[8] = hfma2_f16(((w[0] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[9] = hfma2_f16(((w[1] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[10] = hfma2_f16(((w[2] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[11] = hfma2_f16(((w[3] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[12] = hfma2_f16(((w[4] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[13] = hfma2_f16(((w[5] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[14] = hfma2_f16(((w[6] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[15] = hfma2_f16(((w[7] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
+    a[0] = ((w[0] & 0x00ff00ffu) | magic);
+    a[1] = ((w[1] & 0x00ff00ffu) | magic);
+    a[2] = ((w[2] & 0x00ff00ffu) | magic);
+    a[3] = ((w[3] & 0x00ff00ffu) | magic);
+    a[4] = ((w[4] & 0x00ff00ffu) | magic);
+    a[5] = ((w[5] & 0x00ff00ffu) | magic);
+    a[6] = ((w[6] & 0x00ff00ffu) | magic);
+    a[7] = ((w[7] & 0x00ff00ffu) | magic);
+    a[8] = (((w[0] >> 8) & 0x00ff00ffu) | magic);
+    a[9] = (((w[1] >> 8) & 0x00ff00ffu) | magic);
+    a[10] = (((w[2] >> 8) & 0x00ff00ffu) | magic);
+    a[11] = (((w[3] >> 8) & 0x00ff00ffu) | magic);
+    a[12] = (((w[4] >> 8) & 0x00ff00ffu) | magic);
+    a[13] = (((w[5] >> 8) & 0x00ff00ffu) | magic);
+    a[14] = (((w[6] >> 8) & 0x00ff00ffu) | magic);
+    a[15] = (((w[7] >> 8) & 0x00ff00ffu) | magic);
   }
 };
 
@@ -276,6 +284,7 @@ struct rec_f16_i2 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00030003u) | magic, 0x3c003c00u, 0xe402e402u);
     a[1] = hfma2_f16((w[0] & 0x000c000cu) | magic, 0x34003400u, 0xdc08dc08u);
@@ -308,6 +317,7 @@ struct rec_f16_i3 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00070007u) | magic, 0x3c003c00u, 0xe404e404u);
     a[1] = hfma2_f16((w[0] & 0x00380038u) | magic, 0x30003000u, 0xd820d820u);
@@ -340,6 +350,7 @@ struct rec_f16_i4 {
   static constexpr bool TUNE = true;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x000f000fu) | magic, 0x3c003c00u, 0xe408e408u);
     a[1] = hfma2_f16((w[0] & 0x00f000f0u) | magic, 0x2c002c00u, 0xd480d480u);
@@ -372,6 +383,7 @@ struct rec_f16_i5 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x001f001fu) | magic, 0x3c003c00u, 0xe410e410u);
     a[1] = hfma2_f16((w[0] & 0x03e003e0u) | magic, 0x28002800u, 0xd200d200u);
@@ -404,6 +416,7 @@ struct rec_f16_i6 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x003f003fu) | magic, 0x3c003c00u, 0xe420e420u);
     a[1] = hfma2_f16((w[1] & 0x003f003fu) | magic, 0x3c003c00u, 0xe420e420u);
@@ -436,6 +449,7 @@ struct rec_f16_i7 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x007f007fu) | magic, 0x3c003c00u, 0xe440e440u);
     a[1] = hfma2_f16((w[1] & 0x007f007fu) | magic, 0x3c003c00u, 0xe440e440u);
@@ -468,6 +482,7 @@ struct rec_f16_i8 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe480e480u);
     a[1] = hfma2_f16((w[1] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe480e480u);
@@ -500,6 +515,7 @@ struct rec_f16_f3e1m1 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00070007u) | magic, 0x3c003c00u, 0xe404e404u);
     a[1] = hfma2_f16((w[0] & 0x00380038u) | magic, 0x30003000u, 0xd820d820u);
@@ -532,6 +548,7 @@ struct rec_f16_f3e2m0 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8c008c00u), 0x74007400u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x8c008c00u), 0x74007400u, 0x00000000u);
@@ -564,6 +581,7 @@ struct rec_f16_f4e1m2 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x000f000fu) | magic, 0x38003800u, 0xe008e008u);
     a[1] = hfma2_f16((w[0] & 0x00f000f0u) | magic, 0x28002800u, 0xd080d080u);
@@ -596,6 +614,7 @@ struct rec_f16_f4e2m1 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8e008e00u), 0x74007400u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x8e008e00u), 0x74007400u, 0x00000000u);
@@ -628,6 +647,7 @@ struct rec_f16_f4e3m0 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x9c009c00u), 0x6c006c00u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x9c009c00u), 0x6c006c00u, 0x00000000u);
@@ -660,6 +680,7 @@ struct rec_f16_f5e1m3 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x001f001fu) | magic, 0x34003400u, 0xdc10dc10u);
     a[1] = hfma2_f16((w[0] & 0x03e003e0u) | magic, 0x20002000u, 0xca00ca00u);
@@ -692,6 +713,7 @@ struct rec_f16_f5e2m2 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8f008f00u), 0x74007400u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x8f008f00u), 0x74007400u, 0x00000000u);
@@ -724,6 +746,7 @@ struct rec_f16_f5e3m1 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x9e009e00u), 0x6c006c00u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x9e009e00u), 0x6c006c00u, 0x00000000u);
@@ -756,6 +779,7 @@ struct rec_f16_f5e4m0 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0xbc00bc00u), 0x5c005c00u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0xbc00bc00u), 0x5c005c00u, 0x00000000u);
@@ -788,6 +812,7 @@ struct rec_f16_f6e1m4 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x003f003fu) | magic, 0x30003000u, 0xd820d820u);
     a[1] = hfma2_f16((w[1] & 0x003f003fu) | magic, 0x30003000u, 0xd820d820u);
@@ -820,6 +845,7 @@ struct rec_f16_f6e2m3 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8f808f80u), 0x74007400u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x8f808f80u), 0x74007400u, 0x00000000u);
@@ -852,6 +878,7 @@ struct rec_f16_f6e3m2 {
   static constexpr bool TUNE = true;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x9f009f00u), 0x6c006c00u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x9f009f00u), 0x6c006c00u, 0x00000000u);
@@ -884,6 +911,7 @@ struct rec_f16_f6e4m1 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0xbe00be00u), 0x5c005c00u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0xbe00be00u), 0x5c005c00u, 0x00000000u);
@@ -916,6 +944,7 @@ struct rec_bf16_f6e5m0 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x8f808f80u), 0x77807780u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x8f808f80u), 0x77807780u, 0x00000000u);
@@ -948,6 +977,7 @@ struct rec_f16_f7e1m5 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x007f007fu) | magic, 0x2c002c00u, 0xd440d440u);
     a[1] = hfma2_f16((w[1] & 0x007f007fu) | magic, 0x2c002c00u, 0xd440d440u);
@@ -980,6 +1010,7 @@ struct rec_f16_f7e2m4 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8fc08fc0u), 0x74007400u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x8fc08fc0u), 0x74007400u, 0x00000000u);
@@ -1012,6 +1043,7 @@ struct rec_f16_f7e3m3 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x9f809f80u), 0x6c006c00u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x9f809f80u), 0x6c006c00u, 0x00000000u);
@@ -1044,6 +1076,7 @@ struct rec_f16_f7e4m2 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0xbf00bf00u), 0x5c005c00u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0xbf00bf00u), 0x5c005c00u, 0x00000000u);
@@ -1076,6 +1109,7 @@ struct rec_bf16_f7e5m1 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x8fc08fc0u), 0x77807780u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x8fc08fc0u), 0x77807780u, 0x00000000u);
@@ -1108,6 +1142,7 @@ struct rec_bf16_f7e6m0 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x9f809f80u), 0x6f806f80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x9f809f80u), 0x6f806f80u, 0x00000000u);
@@ -1140,6 +1175,7 @@ struct rec_f16_f8e1m6 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00ff00ffu) | magic, 0x28002800u, 0xd080d080u);
     a[1] = hfma2_f16((w[1] & 0x00ff00ffu) | magic, 0x28002800u, 0xd080d080u);
@@ -1172,6 +1208,7 @@ struct rec_f16_f8e2m5 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8fe08fe0u), 0x74007400u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x8fe08fe0u), 0x74007400u, 0x00000000u);
@@ -1204,6 +1241,7 @@ struct rec_f16_f8e3m4 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x9fc09fc0u), 0x6c006c00u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x9fc09fc0u), 0x6c006c00u, 0x00000000u);
@@ -1236,6 +1274,7 @@ struct rec_f16_f8e4m3 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0xbf80bf80u), 0x5c005c00u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0xbf80bf80u), 0x5c005c00u, 0x00000000u);
@@ -1268,6 +1307,7 @@ struct rec_bf16_f8e5m2 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x8fe08fe0u), 0x77807780u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x8fe08fe0u), 0x77807780u, 0x00000000u);
@@ -1300,6 +1340,7 @@ struct rec_bf16_f8e6m1 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x9fc09fc0u), 0x6f806f80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x9fc09fc0u), 0x6f806f80u, 0x00000000u);
@@ -1332,6 +1373,7 @@ struct rec_bf16_f8e7m0 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0xbf80bf80u), 0x5f805f80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0xbf80bf80u), 0x5f805f80u, 0x00000000u);
@@ -1352,7 +1394,7 @@ struct rec_bf16_f8e7m0 {
   }
 };
 
-// u1 on bf16 tensor cores: 34 instructions per 32 weights (16 lop3, 2 shifts, 16 fma)
+// u1 on bf16 tensor cores: 31 instructions per 32 weights (16 lop3, 14 shifts, 1 fma)
 struct rec_bf16_u1 {
   static constexpr const char *NAME = "bf16_u1";
   static constexpr int BITS = 1;
@@ -1364,27 +1406,28 @@ struct rec_bf16_u1 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 128.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_bf16((w[0] & 0x00010001u) | magic, 0x3f803f80u, 0xc300c300u);
-    a[1] = hfma2_bf16((w[0] & 0x00020002u) | magic, 0x3f003f00u, 0xc280c280u);
-    a[2] = hfma2_bf16((w[0] & 0x00040004u) | magic, 0x3e803e80u, 0xc200c200u);
-    a[3] = hfma2_bf16((w[0] & 0x00080008u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[4] = hfma2_bf16((w[0] & 0x00100010u) | magic, 0x3d803d80u, 0xc100c100u);
-    a[5] = hfma2_bf16((w[0] & 0x00200020u) | magic, 0x3d003d00u, 0xc080c080u);
-    a[6] = hfma2_bf16((w[0] & 0x00400040u) | magic, 0x3c803c80u, 0xc000c000u);
-    a[7] = hfma2_bf16(((w[0] >> 7) & 0x00010001u) | magic, 0x3f803f80u, 0xc300c300u);
-    a[8] = hfma2_bf16(((w[0] >> 7) & 0x00020002u) | magic, 0x3f003f00u, 0xc280c280u);
-    a[9] = hfma2_bf16(((w[0] >> 7) & 0x00040004u) | magic, 0x3e803e80u, 0xc200c200u);
-    a[10] = hfma2_bf16(((w[0] >> 7) & 0x00080008u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[11] = hfma2_bf16(((w[0] >> 7) & 0x00100010u) | magic, 0x3d803d80u, 0xc100c100u);
-    a[12] = hfma2_bf16(((w[0] >> 7) & 0x00200020u) | magic, 0x3d003d00u, 0xc080c080u);
-    a[13] = hfma2_bf16(((w[0] >> 7) & 0x00400040u) | magic, 0x3c803c80u, 0xc000c000u);
-    a[14] = hfma2_bf16(((w[0] >> 9) & 0x00200020u) | magic, 0x3d003d00u, 0xc080c080u);
-    a[15] = hfma2_bf16(((w[0] >> 9) & 0x00400040u) | magic, 0x3c803c80u, 0xc000c000u);
+    a[0] = ((w[0] & 0x00010001u) | magic);
+    a[1] = (((w[0] >> 1) & 0x00010001u) | magic);
+    a[2] = (((w[0] >> 2) & 0x00010001u) | magic);
+    a[3] = (((w[0] >> 3) & 0x00010001u) | magic);
+    a[4] = (((w[0] >> 4) & 0x00010001u) | magic);
+    a[5] = (((w[0] >> 5) & 0x00010001u) | magic);
+    a[6] = (((w[0] >> 6) & 0x00010001u) | magic);
+    a[7] = (((w[0] >> 7) & 0x00010001u) | magic);
+    a[8] = (((w[0] >> 8) & 0x00010001u) | magic);
+    a[9] = (((w[0] >> 9) & 0x00010001u) | magic);
+    a[10] = (((w[0] >> 10) & 0x00010001u) | magic);
+    a[11] = (((w[0] >> 11) & 0x00010001u) | magic);
+    a[12] = (((w[0] >> 12) & 0x00010001u) | magic);
+    a[13] = (((w[0] >> 13) & 0x00010001u) | magic);
+    a[14] = (((w[0] >> 14) & 0x00010001u) | magic);
+    a[15] = hfma2_bf16(((w[0] >> 9) & 0x00400040u) | magic, 0x3c803c80u, 0x42fc42fcu);
   }
 };
 
-// u2 on bf16 tensor cores: 36 instructions per 32 weights (16 lop3, 4 shifts, 16 fma)
+// u2 on bf16 tensor cores: 30 instructions per 32 weights (16 lop3, 12 shifts, 2 fma)
 struct rec_bf16_u2 {
   static constexpr const char *NAME = "bf16_u2";
   static constexpr int BITS = 2;
@@ -1396,27 +1439,28 @@ struct rec_bf16_u2 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 128.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_bf16((w[0] & 0x00030003u) | magic, 0x3f803f80u, 0xc300c300u);
-    a[1] = hfma2_bf16((w[0] & 0x000c000cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[2] = hfma2_bf16((w[0] & 0x00300030u) | magic, 0x3d803d80u, 0xc100c100u);
-    a[3] = hfma2_bf16((w[1] & 0x00030003u) | magic, 0x3f803f80u, 0xc300c300u);
-    a[4] = hfma2_bf16((w[1] & 0x000c000cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[5] = hfma2_bf16((w[1] & 0x00300030u) | magic, 0x3d803d80u, 0xc100c100u);
-    a[6] = hfma2_bf16(((w[0] >> 5) & 0x00060006u) | magic, 0x3f003f00u, 0xc280c280u);
-    a[7] = hfma2_bf16(((w[0] >> 5) & 0x00180018u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[8] = hfma2_bf16(((w[0] >> 5) & 0x00600060u) | magic, 0x3d003d00u, 0xc080c080u);
-    a[9] = hfma2_bf16(((w[1] >> 5) & 0x00060006u) | magic, 0x3f003f00u, 0xc280c280u);
-    a[10] = hfma2_bf16(((w[1] >> 5) & 0x00180018u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[11] = hfma2_bf16(((w[1] >> 5) & 0x00600060u) | magic, 0x3d003d00u, 0xc080c080u);
-    a[12] = hfma2_bf16(((w[0] >> 9) & 0x00180018u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[13] = hfma2_bf16(((w[0] >> 9) & 0x00600060u) | magic, 0x3d003d00u, 0xc080c080u);
-    a[14] = hfma2_bf16(((w[1] >> 9) & 0x00180018u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[15] = hfma2_bf16(((w[1] >> 9) & 0x00600060u) | magic, 0x3d003d00u, 0xc080c080u);
+    a[0] = ((w[0] & 0x00030003u) | magic);
+    a[1] = ((w[1] & 0x00030003u) | magic);
+    a[2] = (((w[0] >> 2) & 0x00030003u) | magic);
+    a[3] = (((w[0] >> 4) & 0x00030003u) | magic);
+    a[4] = (((w[0] >> 6) & 0x00030003u) | magic);
+    a[5] = (((w[0] >> 8) & 0x00030003u) | magic);
+    a[6] = (((w[0] >> 10) & 0x00030003u) | magic);
+    a[7] = (((w[1] >> 2) & 0x00030003u) | magic);
+    a[8] = (((w[1] >> 4) & 0x00030003u) | magic);
+    a[9] = (((w[1] >> 6) & 0x00030003u) | magic);
+    a[10] = (((w[1] >> 8) & 0x00030003u) | magic);
+    a[11] = (((w[1] >> 10) & 0x00030003u) | magic);
+    a[12] = (((w[0] >> 12) & 0x00030003u) | magic);
+    a[13] = (((w[1] >> 12) & 0x00030003u) | magic);
+    a[14] = hfma2_bf16(((w[0] >> 10) & 0x00300030u) | magic, 0x3d803d80u, 0x42f042f0u);
+    a[15] = hfma2_bf16(((w[1] >> 10) & 0x00300030u) | magic, 0x3d803d80u, 0x42f042f0u);
   }
 };
 
-// u3 on bf16 tensor cores: 43 instructions per 32 weights (18 lop3, 9 shifts, 16 fma)
+// u3 on bf16 tensor cores: 33 instructions per 32 weights (18 lop3, 11 shifts, 4 fma)
 struct rec_bf16_u3 {
   static constexpr const char *NAME = "bf16_u3";
   static constexpr int BITS = 3;
@@ -1428,27 +1472,28 @@ struct rec_bf16_u3 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 128.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_bf16((w[0] & 0x00070007u) | magic, 0x3f803f80u, 0xc300c300u);
-    a[1] = hfma2_bf16((w[0] & 0x00380038u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[2] = hfma2_bf16((w[1] & 0x00070007u) | magic, 0x3f803f80u, 0xc300c300u);
-    a[3] = hfma2_bf16((w[1] & 0x00380038u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[4] = hfma2_bf16((w[2] & 0x00070007u) | magic, 0x3f803f80u, 0xc300c300u);
-    a[5] = hfma2_bf16((w[2] & 0x00380038u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[6] = hfma2_bf16(((w[0] >> 5) & 0x000e000eu) | magic, 0x3f003f00u, 0xc280c280u);
-    a[7] = hfma2_bf16(((w[0] >> 5) & 0x00700070u) | magic, 0x3d803d80u, 0xc100c100u);
-    a[8] = hfma2_bf16(((w[1] >> 5) & 0x000e000eu) | magic, 0x3f003f00u, 0xc280c280u);
-    a[9] = hfma2_bf16(((w[1] >> 5) & 0x00700070u) | magic, 0x3d803d80u, 0xc100c100u);
-    a[10] = hfma2_bf16(((w[2] >> 5) & 0x000e000eu) | magic, 0x3f003f00u, 0xc280c280u);
-    a[11] = hfma2_bf16(((w[2] >> 5) & 0x00700070u) | magic, 0x3d803d80u, 0xc100c100u);
-    a[12] = hfma2_bf16(((w[0] >> 8) & 0x00700070u) | magic, 0x3d803d80u, 0xc100c100u);
-    a[13] = hfma2_bf16(((w[1] >> 8) & 0x00700070u) | magic, 0x3d803d80u, 0xc100c100u);
-    a[14] = hfma2_bf16(((w[2] >> 8) & 0x00700070u) | magic, 0x3d803d80u, 0xc100c100u);
-    a[15] = hfma2_bf16(((w[0] >> 9) & 0x00400040u) | ((w[1] >> 10) & 0x00200020u) | ((w[2] >> 11) & 0x00100010u) | magic, 0x3d803d80u, 0xc100c100u);
+    a[0] = ((w[0] & 0x00070007u) | magic);
+    a[1] = ((w[1] & 0x00070007u) | magic);
+    a[2] = ((w[2] & 0x00070007u) | magic);
+    a[3] = (((w[0] >> 3) & 0x00070007u) | magic);
+    a[4] = (((w[0] >> 6) & 0x00070007u) | magic);
+    a[5] = (((w[0] >> 9) & 0x00070007u) | magic);
+    a[6] = (((w[1] >> 3) & 0x00070007u) | magic);
+    a[7] = (((w[1] >> 6) & 0x00070007u) | magic);
+    a[8] = (((w[1] >> 9) & 0x00070007u) | magic);
+    a[9] = (((w[2] >> 3) & 0x00070007u) | magic);
+    a[10] = (((w[2] >> 6) & 0x00070007u) | magic);
+    a[11] = (((w[2] >> 9) & 0x00070007u) | magic);
+    a[12] = hfma2_bf16(((w[0] >> 9) & 0x00380038u) | magic, 0x3e003e00u, 0x42e042e0u);
+    a[13] = hfma2_bf16(((w[1] >> 9) & 0x00380038u) | magic, 0x3e003e00u, 0x42e042e0u);
+    a[14] = hfma2_bf16(((w[2] >> 9) & 0x00380038u) | magic, 0x3e003e00u, 0x42e042e0u);
+    a[15] = hfma2_bf16(((w[0] >> 9) & 0x00400040u) | ((w[1] >> 10) & 0x00200020u) | ((w[2] >> 11) & 0x00100010u) | magic, 0x3d803d80u, 0x42f042f0u);
   }
 };
 
-// u4 on bf16 tensor cores: 44 instructions per 32 weights (16 lop3, 12 shifts, 16 fma)
+// u4 on bf16 tensor cores: 28 instructions per 32 weights (16 lop3, 12 shifts, 0 fma)
 struct rec_bf16_u4 {
   static constexpr const char *NAME = "bf16_u4";
   static constexpr int BITS = 4;
@@ -1460,27 +1505,28 @@ struct rec_bf16_u4 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 128.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[1] = hfma2_bf16((w[1] & 0x000f000fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[2] = hfma2_bf16((w[2] & 0x000f000fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[3] = hfma2_bf16((w[3] & 0x000f000fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[4] = hfma2_bf16(((w[0] >> 1) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[5] = hfma2_bf16(((w[0] >> 5) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[6] = hfma2_bf16(((w[0] >> 9) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[7] = hfma2_bf16(((w[1] >> 1) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[8] = hfma2_bf16(((w[1] >> 5) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[9] = hfma2_bf16(((w[1] >> 9) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[10] = hfma2_bf16(((w[2] >> 1) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[11] = hfma2_bf16(((w[2] >> 5) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[12] = hfma2_bf16(((w[2] >> 9) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[13] = hfma2_bf16(((w[3] >> 1) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[14] = hfma2_bf16(((w[3] >> 5) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[15] = hfma2_bf16(((w[3] >> 9) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
+    a[0] = ((w[0] & 0x000f000fu) | magic);
+    a[1] = ((w[1] & 0x000f000fu) | magic);
+    a[2] = ((w[2] & 0x000f000fu) | magic);
+    a[3] = ((w[3] & 0x000f000fu) | magic);
+    a[4] = (((w[0] >> 4) & 0x000f000fu) | magic);
+    a[5] = (((w[0] >> 8) & 0x000f000fu) | magic);
+    a[6] = (((w[0] >> 12) & 0x000f000fu) | magic);
+    a[7] = (((w[1] >> 4) & 0x000f000fu) | magic);
+    a[8] = (((w[1] >> 8) & 0x000f000fu) | magic);
+    a[9] = (((w[1] >> 12) & 0x000f000fu) | magic);
+    a[10] = (((w[2] >> 4) & 0x000f000fu) | magic);
+    a[11] = (((w[2] >> 8) & 0x000f000fu) | magic);
+    a[12] = (((w[2] >> 12) & 0x000f000fu) | magic);
+    a[13] = (((w[3] >> 4) & 0x000f000fu) | magic);
+    a[14] = (((w[3] >> 8) & 0x000f000fu) | magic);
+    a[15] = (((w[3] >> 12) & 0x000f000fu) | magic);
   }
 };
 
-// u5 on bf16 tensor cores: 51 instructions per 32 weights (20 lop3, 15 shifts, 16 fma)
+// u5 on bf16 tensor cores: 35 instructions per 32 weights (20 lop3, 14 shifts, 1 fma)
 struct rec_bf16_u5 {
   static constexpr const char *NAME = "bf16_u5";
   static constexpr int BITS = 5;
@@ -1492,27 +1538,28 @@ struct rec_bf16_u5 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 128.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_bf16((w[0] & 0x001f001fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[1] = hfma2_bf16((w[1] & 0x001f001fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[2] = hfma2_bf16((w[2] & 0x001f001fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[3] = hfma2_bf16((w[3] & 0x001f001fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[4] = hfma2_bf16((w[4] & 0x001f001fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[5] = hfma2_bf16(((w[0] >> 3) & 0x007c007cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[6] = hfma2_bf16(((w[0] >> 8) & 0x007c007cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[7] = hfma2_bf16(((w[1] >> 3) & 0x007c007cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[8] = hfma2_bf16(((w[1] >> 8) & 0x007c007cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[9] = hfma2_bf16(((w[2] >> 3) & 0x007c007cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[10] = hfma2_bf16(((w[2] >> 8) & 0x007c007cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[11] = hfma2_bf16(((w[3] >> 3) & 0x007c007cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[12] = hfma2_bf16(((w[3] >> 8) & 0x007c007cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[13] = hfma2_bf16(((w[4] >> 3) & 0x007c007cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[14] = hfma2_bf16(((w[4] >> 8) & 0x007c007cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[15] = hfma2_bf16(((w[0] >> 9) & 0x00400040u) | ((w[1] >> 10) & 0x00200020u) | ((w[2] >> 11) & 0x00100010u) | ((w[3] >> 12) & 0x00080008u) | ((w[4] >> 13) & 0x00040004u) | magic, 0x3e803e80u, 0xc200c200u);
+    a[0] = ((w[0] & 0x001f001fu) | magic);
+    a[1] = ((w[1] & 0x001f001fu) | magic);
+    a[2] = ((w[2] & 0x001f001fu) | magic);
+    a[3] = ((w[3] & 0x001f001fu) | magic);
+    a[4] = ((w[4] & 0x001f001fu) | magic);
+    a[5] = (((w[0] >> 5) & 0x001f001fu) | magic);
+    a[6] = (((w[0] >> 10) & 0x001f001fu) | magic);
+    a[7] = (((w[1] >> 5) & 0x001f001fu) | magic);
+    a[8] = (((w[1] >> 10) & 0x001f001fu) | magic);
+    a[9] = (((w[2] >> 5) & 0x001f001fu) | magic);
+    a[10] = (((w[2] >> 10) & 0x001f001fu) | magic);
+    a[11] = (((w[3] >> 5) & 0x001f001fu) | magic);
+    a[12] = (((w[3] >> 10) & 0x001f001fu) | magic);
+    a[13] = (((w[4] >> 5) & 0x001f001fu) | magic);
+    a[14] = (((w[4] >> 10) & 0x001f001fu) | magic);
+    a[15] = hfma2_bf16(((w[0] >> 10) & 0x00200020u) | ((w[1] >> 11) & 0x00100010u) | ((w[2] >> 12) & 0x00080008u) | ((w[3] >> 13) & 0x00040004u) | ((w[4] >> 14) & 0x00020002u) | magic, 0x3f003f00u, 0x42804280u);
   }
 };
 
-// u6 on bf16 tensor cores: 52 instructions per 32 weights (22 lop3, 14 shifts, 16 fma)
+// u6 on bf16 tensor cores: 36 instructions per 32 weights (22 lop3, 14 shifts, 0 fma)
 struct rec_bf16_u6 {
   static constexpr const char *NAME = "bf16_u6";
   static constexpr int BITS = 6;
@@ -1524,27 +1571,28 @@ struct rec_bf16_u6 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 128.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_bf16((w[0] & 0x003f003fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[1] = hfma2_bf16((w[1] & 0x003f003fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[2] = hfma2_bf16((w[2] & 0x003f003fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[3] = hfma2_bf16((w[3] & 0x003f003fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[4] = hfma2_bf16((w[4] & 0x003f003fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[5] = hfma2_bf16((w[5] & 0x003f003fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[6] = hfma2_bf16(((w[0] >> 5) & 0x007e007eu) | magic, 0x3f003f00u, 0xc280c280u);
-    a[7] = hfma2_bf16(((w[1] >> 5) & 0x007e007eu) | magic, 0x3f003f00u, 0xc280c280u);
-    a[8] = hfma2_bf16(((w[2] >> 5) & 0x007e007eu) | magic, 0x3f003f00u, 0xc280c280u);
-    a[9] = hfma2_bf16(((w[3] >> 5) & 0x007e007eu) | magic, 0x3f003f00u, 0xc280c280u);
-    a[10] = hfma2_bf16(((w[4] >> 5) & 0x007e007eu) | magic, 0x3f003f00u, 0xc280c280u);
-    a[11] = hfma2_bf16(((w[5] >> 5) & 0x007e007eu) | magic, 0x3f003f00u, 0xc280c280u);
-    a[12] = hfma2_bf16(((w[0] >> 9) & 0x00780078u) | ((w[1] >> 11) & 0x00060006u) | magic, 0x3f003f00u, 0xc280c280u);
-    a[13] = hfma2_bf16(((w[1] >> 11) & 0x00180018u) | ((w[2] >> 10) & 0x00200020u) | ((w[2] >> 12) & 0x00070007u) | magic, 0x3f803f80u, 0xc300c300u);
-    a[14] = hfma2_bf16(((w[3] >> 9) & 0x00780078u) | ((w[4] >> 11) & 0x00060006u) | magic, 0x3f003f00u, 0xc280c280u);
-    a[15] = hfma2_bf16(((w[4] >> 11) & 0x00180018u) | ((w[5] >> 10) & 0x00200020u) | ((w[5] >> 12) & 0x00070007u) | magic, 0x3f803f80u, 0xc300c300u);
+    a[0] = ((w[0] & 0x003f003fu) | magic);
+    a[1] = ((w[1] & 0x003f003fu) | magic);
+    a[2] = ((w[2] & 0x003f003fu) | magic);
+    a[3] = ((w[3] & 0x003f003fu) | magic);
+    a[4] = ((w[4] & 0x003f003fu) | magic);
+    a[5] = ((w[5] & 0x003f003fu) | magic);
+    a[6] = (((w[0] >> 6) & 0x003f003fu) | magic);
+    a[7] = (((w[1] >> 6) & 0x003f003fu) | magic);
+    a[8] = (((w[2] >> 6) & 0x003f003fu) | magic);
+    a[9] = (((w[3] >> 6) & 0x003f003fu) | magic);
+    a[10] = (((w[4] >> 6) & 0x003f003fu) | magic);
+    a[11] = (((w[5] >> 6) & 0x003f003fu) | magic);
+    a[12] = (((w[0] >> 10) & 0x003c003cu) | ((w[1] >> 12) & 0x00030003u) | magic);
+    a[13] = (((w[1] >> 12) & 0x000c000cu) | ((w[2] >> 8) & 0x00300030u) | ((w[2] >> 14) & 0x00030003u) | magic);
+    a[14] = (((w[3] >> 10) & 0x003c003cu) | ((w[4] >> 12) & 0x00030003u) | magic);
+    a[15] = (((w[4] >> 12) & 0x000c000cu) | ((w[5] >> 8) & 0x00300030u) | ((w[5] >> 14) & 0x00030003u) | magic);
   }
 };
 
-// u7 on bf16 tensor cores: 54 instructions per 32 weights (23 lop3, 15 shifts, 16 fma)
+// u7 on bf16 tensor cores: 38 instructions per 32 weights (23 lop3, 15 shifts, 0 fma)
 struct rec_bf16_u7 {
   static constexpr const char *NAME = "bf16_u7";
   static constexpr int BITS = 7;
@@ -1556,23 +1604,24 @@ struct rec_bf16_u7 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 128.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_bf16((w[0] & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[1] = hfma2_bf16((w[1] & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[2] = hfma2_bf16((w[2] & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[3] = hfma2_bf16((w[3] & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[4] = hfma2_bf16((w[4] & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[5] = hfma2_bf16((w[5] & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[6] = hfma2_bf16((w[6] & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[7] = hfma2_bf16(((w[0] >> 7) & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[8] = hfma2_bf16(((w[1] >> 7) & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[9] = hfma2_bf16(((w[2] >> 7) & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[10] = hfma2_bf16(((w[3] >> 7) & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[11] = hfma2_bf16(((w[4] >> 7) & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[12] = hfma2_bf16(((w[5] >> 7) & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[13] = hfma2_bf16(((w[6] >> 7) & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[14] = hfma2_bf16(((w[0] >> 9) & 0x00600060u) | ((w[1] >> 11) & 0x00180018u) | ((w[2] >> 13) & 0x00060006u) | ((w[3] >> 14) & 0x00010001u) | magic, 0x3f803f80u, 0xc300c300u);
-    a[15] = hfma2_bf16(((w[3] >> 14) & 0x00020002u) | ((w[4] >> 9) & 0x00600060u) | ((w[5] >> 11) & 0x00180018u) | ((w[6] >> 12) & 0x00040004u) | ((w[6] >> 15) & 0x00010001u) | magic, 0x3f803f80u, 0xc300c300u);
+    a[0] = ((w[0] & 0x007f007fu) | magic);
+    a[1] = ((w[1] & 0x007f007fu) | magic);
+    a[2] = ((w[2] & 0x007f007fu) | magic);
+    a[3] = ((w[3] & 0x007f007fu) | magic);
+    a[4] = ((w[4] & 0x007f007fu) | magic);
+    a[5] = ((w[5] & 0x007f007fu) | magic);
+    a[6] = ((w[6] & 0x007f007fu) | magic);
+    a[7] = (((w[0] >> 7) & 0x007f007fu) | magic);
+    a[8] = (((w[1] >> 7) & 0x007f007fu) | magic);
+    a[9] = (((w[2] >> 7) & 0x007f007fu) | magic);
+    a[10] = (((w[3] >> 7) & 0x007f007fu) | magic);
+    a[11] = (((w[4] >> 7) & 0x007f007fu) | magic);
+    a[12] = (((w[5] >> 7) & 0x007f007fu) | magic);
+    a[13] = (((w[6] >> 7) & 0x007f007fu) | magic);
+    a[14] = (((w[0] >> 9) & 0x00600060u) | ((w[1] >> 11) & 0x00180018u) | ((w[2] >> 13) & 0x00060006u) | ((w[3] >> 14) & 0x00010001u) | magic);
+    a[15] = (((w[3] >> 14) & 0x00020002u) | ((w[4] >> 9) & 0x00600060u) | ((w[5] >> 11) & 0x00180018u) | ((w[6] >> 12) & 0x00040004u) | ((w[6] >> 15) & 0x00010001u) | magic);
   }
 };
 
@@ -1588,6 +1637,7 @@ struct rec_bf16_u8 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16(hfma2_bf16((w[1] & 0x000f000fu) | magic, 0x41804180u, 0xc500c500u), 0x3f803f80u, hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3f803f80u, 0xc300c300u));
     a[1] = hfma2_bf16(hfma2_bf16((w[3] & 0x000f000fu) | magic, 0x41804180u, 0xc500c500u), 0x3f803f80u, hfma2_bf16((w[2] & 0x000f000fu) | magic, 0x3f803f80u, 0xc300c300u));
@@ -1620,6 +1670,7 @@ struct rec_bf16_i2 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x00030003u) | magic, 0x3f803f80u, 0xc302c302u);
     a[1] = hfma2_bf16((w[0] & 0x000c000cu) | magic, 0x3e803e80u, 0xc208c208u);
@@ -1652,6 +1703,7 @@ struct rec_bf16_i3 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x00070007u) | magic, 0x3f803f80u, 0xc304c304u);
     a[1] = hfma2_bf16((w[0] & 0x00380038u) | magic, 0x3e003e00u, 0xc1a0c1a0u);
@@ -1684,6 +1736,7 @@ struct rec_bf16_i4 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3f803f80u, 0xc308c308u);
     a[1] = hfma2_bf16((w[1] & 0x000f000fu) | magic, 0x3f803f80u, 0xc308c308u);
@@ -1716,6 +1769,7 @@ struct rec_bf16_i5 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x001f001fu) | magic, 0x3f803f80u, 0xc310c310u);
     a[1] = hfma2_bf16((w[1] & 0x001f001fu) | magic, 0x3f803f80u, 0xc310c310u);
@@ -1748,6 +1802,7 @@ struct rec_bf16_i6 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x003f003fu) | magic, 0x3f803f80u, 0xc320c320u);
     a[1] = hfma2_bf16((w[1] & 0x003f003fu) | magic, 0x3f803f80u, 0xc320c320u);
@@ -1780,6 +1835,7 @@ struct rec_bf16_i7 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x007f007fu) | magic, 0x3f803f80u, 0xc340c340u);
     a[1] = hfma2_bf16((w[1] & 0x007f007fu) | magic, 0x3f803f80u, 0xc340c340u);
@@ -1812,6 +1868,7 @@ struct rec_bf16_i8 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16(hfma2_bf16((w[1] & 0x000f000fu) | magic, 0x41804180u, 0xc500c500u), 0x3f803f80u, hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3f803f80u, 0xc380c380u));
     a[1] = hfma2_bf16(hfma2_bf16((w[3] & 0x000f000fu) | magic, 0x41804180u, 0xc500c500u), 0x3f803f80u, hfma2_bf16((w[2] & 0x000f000fu) | magic, 0x3f803f80u, 0xc380c380u));
@@ -1844,6 +1901,7 @@ struct rec_bf16_f3e1m1 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x00070007u) | magic, 0x3f803f80u, 0xc304c304u);
     a[1] = hfma2_bf16((w[0] & 0x00380038u) | magic, 0x3e003e00u, 0xc1a0c1a0u);
@@ -1876,6 +1934,7 @@ struct rec_bf16_f3e2m0 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81808180u), 0x7e807e80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x81808180u), 0x7e807e80u, 0x00000000u);
@@ -1908,6 +1967,7 @@ struct rec_bf16_f4e1m2 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3f003f00u, 0xc288c288u);
     a[1] = hfma2_bf16((w[1] & 0x000f000fu) | magic, 0x3f003f00u, 0xc288c288u);
@@ -1940,6 +2000,7 @@ struct rec_bf16_f4e2m1 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81c081c0u), 0x7e807e80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x81c081c0u), 0x7e807e80u, 0x00000000u);
@@ -1972,6 +2033,7 @@ struct rec_bf16_f4e3m0 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x83808380u), 0x7d807d80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x83808380u), 0x7d807d80u, 0x00000000u);
@@ -2004,6 +2066,7 @@ struct rec_bf16_f5e1m3 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x001f001fu) | magic, 0x3e803e80u, 0xc210c210u);
     a[1] = hfma2_bf16((w[1] & 0x001f001fu) | magic, 0x3e803e80u, 0xc210c210u);
@@ -2036,6 +2099,7 @@ struct rec_bf16_f5e2m2 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81e081e0u), 0x7e807e80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x81e081e0u), 0x7e807e80u, 0x00000000u);
@@ -2068,6 +2132,7 @@ struct rec_bf16_f5e3m1 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x83c083c0u), 0x7d807d80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x83c083c0u), 0x7d807d80u, 0x00000000u);
@@ -2100,6 +2165,7 @@ struct rec_bf16_f5e4m0 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x87808780u), 0x7b807b80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x87808780u), 0x7b807b80u, 0x00000000u);
@@ -2132,6 +2198,7 @@ struct rec_bf16_f6e1m4 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x003f003fu) | magic, 0x3e003e00u, 0xc1a0c1a0u);
     a[1] = hfma2_bf16((w[1] & 0x003f003fu) | magic, 0x3e003e00u, 0xc1a0c1a0u);
@@ -2164,6 +2231,7 @@ struct rec_bf16_f6e2m3 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81f081f0u), 0x7e807e80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x81f081f0u), 0x7e807e80u, 0x00000000u);
@@ -2196,6 +2264,7 @@ struct rec_bf16_f6e3m2 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x83e083e0u), 0x7d807d80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x83e083e0u), 0x7d807d80u, 0x00000000u);
@@ -2228,6 +2297,7 @@ struct rec_bf16_f6e4m1 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x87c087c0u), 0x7b807b80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x87c087c0u), 0x7b807b80u, 0x00000000u);
@@ -2260,6 +2330,7 @@ struct rec_bf16_f7e1m5 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x007f007fu) | magic, 0x3d803d80u, 0xc140c140u);
     a[1] = hfma2_bf16((w[1] & 0x007f007fu) | magic, 0x3d803d80u, 0xc140c140u);
@@ -2292,6 +2363,7 @@ struct rec_bf16_f7e2m4 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81f881f8u), 0x7e807e80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x81f881f8u), 0x7e807e80u, 0x00000000u);
@@ -2324,6 +2396,7 @@ struct rec_bf16_f7e3m3 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x83f083f0u), 0x7d807d80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x83f083f0u), 0x7d807d80u, 0x00000000u);
@@ -2356,6 +2429,7 @@ struct rec_bf16_f7e4m2 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x87e087e0u), 0x7b807b80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x87e087e0u), 0x7b807b80u, 0x00000000u);
@@ -2388,6 +2462,7 @@ struct rec_bf16_f8e1m6 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16(hfma2_bf16((w[1] & 0x000f000fu) | magic, 0x3f003f00u, 0xc280c280u), 0x3f803f80u, hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3d003d00u, 0xc100c100u));
     a[1] = hfma2_bf16(hfma2_bf16((w[3] & 0x000f000fu) | magic, 0x3f003f00u, 0xc280c280u), 0x3f803f80u, hfma2_bf16((w[2] & 0x000f000fu) | magic, 0x3d003d00u, 0xc100c100u));
@@ -2420,6 +2495,7 @@ struct rec_bf16_f8e2m5 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81fc81fcu), 0x7e807e80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x81fc81fcu), 0x7e807e80u, 0x00000000u);
@@ -2452,6 +2528,7 @@ struct rec_bf16_f8e3m4 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x83f883f8u), 0x7d807d80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x83f883f8u), 0x7d807d80u, 0x00000000u);
@@ -2484,6 +2561,7 @@ struct rec_bf16_f8e4m3 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x87f087f0u), 0x7b807b80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x87f087f0u), 0x7b807b80u, 0x00000000u);
