@@ -259,8 +259,10 @@ def _capacity(used: int, s: int, bits_, dest, ps) -> int:
 
 
 def fold_ok(fmt: WeightFormat, tgt: Target) -> bool:
-    """uint codes that fit one term (all but bf16 u8): their recipe can leave the magic number in."""
-    return stored_kind(fmt) == "uint" and fmt.bits <= tgt.mant
+    """uint codes of 2 or more bits that fit one term (all but bf16 u8): their recipe can leave the magic number
+    in.  Not u1: its packing with it (31 instructions per 32 weights against 33) was 4-5% slower at M=1 on the
+    H200 (native/NOTES.md section 15)."""
+    return stored_kind(fmt) == "uint" and 2 <= fmt.bits <= tgt.mant
 
 
 @lru_cache(maxsize=None)

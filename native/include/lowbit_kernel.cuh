@@ -28,6 +28,14 @@ enum { S_WAIT = 0, S_COMPUTE = 1, S_OUTPUT = 2 };
 
 __host__ __device__ constexpr int scale_bytes(bool zero) { return zero ? 128 : 64; }
 
+// a zero point plus the recipe's BIAS (deq() left the magic number in); no instruction where BIAS is 0 (z + 0.f
+// is not z for z = -0.f, so the compiler would keep the add)
+template <class R>
+__device__ __forceinline__ float with_bias(float z) {
+  if constexpr (R::BIAS != 0.f) return z + R::BIAS;
+  else return z;
+}
+
 // Decode-kernel variants (GemvParams::variant; native/tune.py times them side by side):
 //   0 "base": the kernel measured on the H200 (1 Dec 2026): x staged with MX rows, B-fragment loads
 //     guarded per row, the loader's addresses recomputed per stage.
@@ -230,7 +238,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
       if constexpr (R::ZERO) {
         const uint2 v = *reinterpret_cast<const uint2 *>(sp + (nt * 8 + g) * 8);
         // R::BIAS: deq() left the magic number in (lowbit_layout.Recipe.bias); it goes with the zero point
-        s0 = lo_f32<OB>(v.x), s1 = hi_f32<OB>(v.x), z0 = lo_f32<OB>(v.y) + R::BIAS, z1 = hi_f32<OB>(v.y) + R::BIAS;
+        s0 = lo_f32<OB>(v.x), s1 = hi_f32<OB>(v.x), z0 = with_bias<R>(lo_f32<OB>(v.y)), z1 = with_bias<R>(hi_f32<OB>(v.y));
       } else {
         const uint32_t v = *reinterpret_cast<const uint32_t *>(sp + (nt * 8 + g) * 4);
         s0 = lo_f32<OB>(v), s1 = hi_f32<OB>(v);
@@ -507,7 +515,7 @@ __global__ void __launch_bounds__(THREADS) lowbit_dequant_kernel(const __grid_co
         if (n >= p.N) continue;
         const size_t si = (size_t)grp * p.N + n;
         const float s = lo_f32<OB>(sc[si]);
-        const float z = R::ZERO ? lo_f32<OB>(zp[si]) + R::BIAS : 0.f;
+        const float z = R::ZERO ? with_bias<R>(lo_f32<OB>(zp[si])) : 0.f;
         // k0 + {0,1}: pair (r=0, jk=0), {2,3}: (0,1), {4,5}: (1,0), {6,7}: (1,1); pair i = 8r + 4nt + 2jk + jn
         uint32_t o[4];
 #pragma unroll

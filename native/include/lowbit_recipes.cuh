@@ -8,7 +8,7 @@
 
 namespace lowbit {
 
-// u1 on f16 tensor cores: 31 instructions per 32 weights (16 lop3, 14 shifts, 1 fma)
+// u1 on f16 tensor cores: 33 instructions per 32 weights (16 lop3, 1 shifts, 16 fma)
 struct rec_f16_u1 {
   static constexpr const char *NAME = "f16_u1";
   static constexpr int BITS = 1;
@@ -20,24 +20,24 @@ struct rec_f16_u1 {
   static constexpr bool TUNE = true;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
-  static constexpr float BIAS = 1024.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = ((w[0] & 0x00010001u) | magic);
-    a[1] = (((w[0] >> 1) & 0x00010001u) | magic);
-    a[2] = (((w[0] >> 2) & 0x00010001u) | magic);
-    a[3] = (((w[0] >> 3) & 0x00010001u) | magic);
-    a[4] = (((w[0] >> 4) & 0x00010001u) | magic);
-    a[5] = (((w[0] >> 5) & 0x00010001u) | magic);
-    a[6] = (((w[0] >> 6) & 0x00010001u) | magic);
-    a[7] = (((w[0] >> 7) & 0x00010001u) | magic);
-    a[8] = (((w[0] >> 8) & 0x00010001u) | magic);
-    a[9] = (((w[0] >> 9) & 0x00010001u) | magic);
-    a[10] = (((w[0] >> 10) & 0x00010001u) | magic);
-    a[11] = (((w[0] >> 11) & 0x00010001u) | magic);
-    a[12] = (((w[0] >> 12) & 0x00010001u) | magic);
-    a[13] = (((w[0] >> 13) & 0x00010001u) | magic);
-    a[14] = (((w[0] >> 14) & 0x00010001u) | magic);
-    a[15] = hfma2_f16(((w[0] >> 6) & 0x02000200u) | magic, 0x18001800u, 0x63fc63fcu);
+    a[0] = hfma2_f16((w[0] & 0x00010001u) | magic, 0x3c003c00u, 0xe400e400u);
+    a[1] = hfma2_f16((w[0] & 0x00020002u) | magic, 0x38003800u, 0xe000e000u);
+    a[2] = hfma2_f16((w[0] & 0x00040004u) | magic, 0x34003400u, 0xdc00dc00u);
+    a[3] = hfma2_f16((w[0] & 0x00080008u) | magic, 0x30003000u, 0xd800d800u);
+    a[4] = hfma2_f16((w[0] & 0x00100010u) | magic, 0x2c002c00u, 0xd400d400u);
+    a[5] = hfma2_f16((w[0] & 0x00200020u) | magic, 0x28002800u, 0xd000d000u);
+    a[6] = hfma2_f16((w[0] & 0x00400040u) | magic, 0x24002400u, 0xcc00cc00u);
+    a[7] = hfma2_f16((w[0] & 0x00800080u) | magic, 0x20002000u, 0xc800c800u);
+    a[8] = hfma2_f16((w[0] & 0x01000100u) | magic, 0x1c001c00u, 0xc400c400u);
+    a[9] = hfma2_f16((w[0] & 0x02000200u) | magic, 0x18001800u, 0xc000c000u);
+    a[10] = hfma2_f16(((w[0] >> 6) & 0x00100010u) | magic, 0x2c002c00u, 0xd400d400u);
+    a[11] = hfma2_f16(((w[0] >> 6) & 0x00200020u) | magic, 0x28002800u, 0xd000d000u);
+    a[12] = hfma2_f16(((w[0] >> 6) & 0x00400040u) | magic, 0x24002400u, 0xcc00cc00u);
+    a[13] = hfma2_f16(((w[0] >> 6) & 0x00800080u) | magic, 0x20002000u, 0xc800c800u);
+    a[14] = hfma2_f16(((w[0] >> 6) & 0x01000100u) | magic, 0x1c001c00u, 0xc400c400u);
+    a[15] = hfma2_f16(((w[0] >> 6) & 0x02000200u) | magic, 0x18001800u, 0xc000c000u);
   }
 };
 
@@ -1394,7 +1394,7 @@ struct rec_bf16_f8e7m0 {
   }
 };
 
-// u1 on bf16 tensor cores: 31 instructions per 32 weights (16 lop3, 14 shifts, 1 fma)
+// u1 on bf16 tensor cores: 34 instructions per 32 weights (16 lop3, 2 shifts, 16 fma)
 struct rec_bf16_u1 {
   static constexpr const char *NAME = "bf16_u1";
   static constexpr int BITS = 1;
@@ -1406,24 +1406,24 @@ struct rec_bf16_u1 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
-  static constexpr float BIAS = 128.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = ((w[0] & 0x00010001u) | magic);
-    a[1] = (((w[0] >> 1) & 0x00010001u) | magic);
-    a[2] = (((w[0] >> 2) & 0x00010001u) | magic);
-    a[3] = (((w[0] >> 3) & 0x00010001u) | magic);
-    a[4] = (((w[0] >> 4) & 0x00010001u) | magic);
-    a[5] = (((w[0] >> 5) & 0x00010001u) | magic);
-    a[6] = (((w[0] >> 6) & 0x00010001u) | magic);
-    a[7] = (((w[0] >> 7) & 0x00010001u) | magic);
-    a[8] = (((w[0] >> 8) & 0x00010001u) | magic);
-    a[9] = (((w[0] >> 9) & 0x00010001u) | magic);
-    a[10] = (((w[0] >> 10) & 0x00010001u) | magic);
-    a[11] = (((w[0] >> 11) & 0x00010001u) | magic);
-    a[12] = (((w[0] >> 12) & 0x00010001u) | magic);
-    a[13] = (((w[0] >> 13) & 0x00010001u) | magic);
-    a[14] = (((w[0] >> 14) & 0x00010001u) | magic);
-    a[15] = hfma2_bf16(((w[0] >> 9) & 0x00400040u) | magic, 0x3c803c80u, 0x42fc42fcu);
+    a[0] = hfma2_bf16((w[0] & 0x00010001u) | magic, 0x3f803f80u, 0xc300c300u);
+    a[1] = hfma2_bf16((w[0] & 0x00020002u) | magic, 0x3f003f00u, 0xc280c280u);
+    a[2] = hfma2_bf16((w[0] & 0x00040004u) | magic, 0x3e803e80u, 0xc200c200u);
+    a[3] = hfma2_bf16((w[0] & 0x00080008u) | magic, 0x3e003e00u, 0xc180c180u);
+    a[4] = hfma2_bf16((w[0] & 0x00100010u) | magic, 0x3d803d80u, 0xc100c100u);
+    a[5] = hfma2_bf16((w[0] & 0x00200020u) | magic, 0x3d003d00u, 0xc080c080u);
+    a[6] = hfma2_bf16((w[0] & 0x00400040u) | magic, 0x3c803c80u, 0xc000c000u);
+    a[7] = hfma2_bf16(((w[0] >> 7) & 0x00010001u) | magic, 0x3f803f80u, 0xc300c300u);
+    a[8] = hfma2_bf16(((w[0] >> 7) & 0x00020002u) | magic, 0x3f003f00u, 0xc280c280u);
+    a[9] = hfma2_bf16(((w[0] >> 7) & 0x00040004u) | magic, 0x3e803e80u, 0xc200c200u);
+    a[10] = hfma2_bf16(((w[0] >> 7) & 0x00080008u) | magic, 0x3e003e00u, 0xc180c180u);
+    a[11] = hfma2_bf16(((w[0] >> 7) & 0x00100010u) | magic, 0x3d803d80u, 0xc100c100u);
+    a[12] = hfma2_bf16(((w[0] >> 7) & 0x00200020u) | magic, 0x3d003d00u, 0xc080c080u);
+    a[13] = hfma2_bf16(((w[0] >> 7) & 0x00400040u) | magic, 0x3c803c80u, 0xc000c000u);
+    a[14] = hfma2_bf16(((w[0] >> 9) & 0x00200020u) | magic, 0x3d003d00u, 0xc080c080u);
+    a[15] = hfma2_bf16(((w[0] >> 9) & 0x00400040u) | magic, 0x3c803c80u, 0xc000c000u);
   }
 };
 
