@@ -86,7 +86,7 @@ def pack(qw) -> PackedWeight:
     words = LL.pack_codes(rec, qw.codes(), L)
     dev = qw.packed.device
     if LL.group_ok(qw.K, qw.group_size) is None:
-        stab = LL.stage_table(L)
+        stab = LL.stage_table(L, flush_each_stage=rec.bias != 0)   # (stage_table: why)
         slots = LL.stage_slots(stab)
     else:  # groups the decode kernel cannot stage (< 32 k, e.g. 8: up to 16 per stage): the prefill path only
         stab, slots = torch.zeros(L.iters, dtype=torch.int32), 0

@@ -45,6 +45,20 @@ def test_recipe_round_trip_every_format(fmt, act):
     assert torch.equal(vals - rec.bias, want)         # exact: value + bias is an integer below 2^(mantissa + 1)
 
 
+def test_biased_recipes_flush_every_stage():
+    """A recipe that leaves the magic number in (Recipe.bias) gets a stage table that flushes the partial sums at
+    every stage's end, whatever the group size (per channel included); the others flush at group ends only."""
+    for fmt, g in [("u4", -1), ("u2", -1), ("u4", 256), ("u8", 128), ("i4", -1), ("u1", -1)]:
+        qw = random_quantized(1024, 256, fmt, g, torch.float16)
+        pw = lowbit.pack(qw)
+        masks = [(int(t) >> 20) & 0xFF for t in pw.stab]
+        last = 1 << (pw.L.chunks - 1)
+        if pw.rec.bias:
+            assert all(m & last for m in masks), (fmt, g)
+        elif g == -1:
+            assert not any(masks), (fmt, g)
+
+
 def test_recipe_costs_are_what_the_header_says():
     head = (build.INCLUDE / "lowbit_recipes.cuh").read_text()
     for r in LL.all_recipes():
