@@ -309,9 +309,16 @@ def test_the_benchmark_runs_through_the_cli_on_cpu(tmp_path):
     err = df[df["impl"] == "native"]["error"].iloc[0]
     assert "CUDA GPU" in err
     ok = df[df["status"] == "ok"]
-    for m in ("latency_ms", "predicted_ms", "gemm_ms", "nongemm_ms", "weight_bytes", "logits_rel_err"):
+    for m in ("latency_ms", "predicted_ms", "gemm_ms", "nongemm_ms", "weight_bytes", "linear_rel_err"):
         assert ok[ok["metric"] == m].shape[0] == 6, m
-    assert (ok[ok["metric"] == "logits_rel_err"]["value"] < 0.1).all()
+    # the logits against the float64-linears model once per model build (its first point); every point checks
+    # its linears (the build's first point: all of them; the others: the first of each distinct shape)
+    lg = ok[ok["metric"] == "logits_rel_err"]
+    assert sorted(lg["impl"]) == ["cublas", "triton"] and set(lg["phase"]) == {"decode"} and set(lg["batch"]) == {1}
+    assert (lg["value"] < 0.1).all()
+    which = ok[ok["metric"] == "linear_rel_err"].set_index(["impl", "phase", "batch"])["impl_config"]
+    assert which.loc[("triton", "decode", 1)] == "every linear"
+    assert which.loc[("triton", "prefill", 1)] == "the first linear of each distinct shape"
     u4 = ok[(ok["impl"] == "triton") & (ok["metric"] == "weight_bytes")]["value"]
     f16 = ok[(ok["impl"] == "cublas") & (ok["metric"] == "weight_bytes")]["value"]
     assert u4.max() < f16.min()
@@ -351,3 +358,23 @@ def test_native_prefill_rows_from_before_the_layout_fix_are_flagged():
     assert s.to_dict() == {("gemma2_9b", "native", "prefill"): False, ("qwen2_5_32b", "native", "decode"): False,
                            ("qwen2_5_32b", "native", "prefill"): True, ("qwen2_5_32b", "triton", "prefill"): False}
     assert (split(pd.DataFrame(rows))["note"] == PRE_FIX_NOTE).sum() == 1
+
+
+def test_the_logits_are_checked_once_per_build_and_each_distinct_linear_shape_at_every_point(monkeypatch):
+    """A build's first point: every linear and the logits against float64; its later points: the first linear
+    of each distinct shape (at that point's M, the kernel it times), the others running the kernel."""
+    c = card("llama3_1_8b", hidden=64, heads=2, kv_heads=1, intermediate=128, vocab=256)
+    qm = build_quantized(c, prec("u4", 32), "triton", layers=2, device="cpu")
+    use_static_attention(qm.model)
+    job = type("J", (), {"p": {"check_tokens": 16, "logits_tol": 0.1}, "card": c})()
+    ctx = type("C", (), {"seed": 0})()
+    checked = []
+    for M in (1, 2):
+        qm.prepare(M)
+        pt = type("P", (), {"phase": "decode", "batch": M, "seq_len": 16, "M": M})()
+        lin_err, logit_err = LlmE2E()._check(qm, pt, ctx, job, prec("u4", 32), "cpu")
+        checked.append([bool(lin.check_errors) for lin in qm.linears])
+        assert 0 < lin_err < 2e-3 and (logit_err is None) == (M == 2)
+    assert checked[0] == [True] * 8
+    assert checked[1] == [True] * 4 + [False] * 4         # layer 0 holds one linear of each shape
+    assert all(lin.mode == "kernel" for lin in qm.linears) and qm.logits_checked

@@ -207,27 +207,33 @@ class QuantizedModel:
     build_s: float
     M: int | None = None
     prepare_s: dict = field(default_factory=dict)     # M -> seconds spent preparing the linears
+    logits_checked: bool = False         # the logits were checked against the float64-linears model once
 
     @property
     def config(self):
         return self.model.config
 
-    def set_mode(self, mode: str) -> None:
+    def set_mode(self, mode: str, only: list[FusedLinear] | None = None) -> None:
+        """Every linear (or the `only` ones; the others keep their mode) to `mode`."""
         if mode not in MODES:
             raise ValueError(f"mode {mode!r}; valid: {MODES}")
-        for lin in self.linears:
+        for lin in self.linears if only is None else only:
             lin.mode = mode
         if mode != "skip":
             _SKIP_OUT.clear()
 
     @contextlib.contextmanager
-    def mode(self, mode: str):
-        old = self.linears[0].mode if self.linears else "kernel"
-        self.set_mode(mode)
+    def mode(self, mode: str, only: list[FusedLinear] | None = None):
+        lins = self.linears if only is None else only
+        old = [(lin, lin.mode) for lin in lins]
+        self.set_mode(mode, lins)
         try:
             yield
         finally:
-            self.set_mode(old)
+            for lin, m in old:
+                lin.mode = m
+            if any(m != "skip" for _, m in old):
+                _SKIP_OUT.clear()
 
     def prepare(self, M: int, seconds=None, tune_per_path: int = 0) -> float:
         """Prepare every linear for batch size M (tokens per step)."""
