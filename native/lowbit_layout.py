@@ -261,17 +261,24 @@ def _capacity(used: int, s: int, bits_, dest, ps) -> int:
 def fold_ok(fmt: WeightFormat, tgt: Target) -> bool:
     """uint codes of 2 or more bits that fit one term (all but bf16 u8): their recipe can leave the magic number
     in.  Not u1: its packing with it (31 instructions per 32 weights against 33) was 4-5% slower at M=1 on the
-    H200 (native/NOTES.md section 15)."""
+    H200 (native/NOTES.md section 15).  Used where FOLD_BIAS."""
     return stored_kind(fmt) == "uint" and 2 <= fmt.bits <= tgt.mant
+
+
+# Leave the magic number in where fold_ok (Recipe.bias)?  Off: measured on the H200 (native/NOTES.md section 15)
+# u4 1-3% and u2 M=16 2-3% faster, u8 within 1%, but per channel (groups of 8192 k) the f32 accumulation of
+# bias * sum(x) lost 0.2-0.9% (u2-u4) until stage_table flushed every stage, and that version did not get its GPU
+# run.  The packing, the kernel's bias and the per-stage flush are in place and tested on the CPU.
+FOLD_BIAS = False
 
 
 @lru_cache(maxsize=None)
 def build_recipe(fmt_name: str, target: str) -> Recipe:
-    """The cheaper of the packings with and without the magic number left in (fold_ok formats), else the
-    packing without it."""
+    """The cheaper of the packings with and without the magic number left in (fold_ok formats, FOLD_BIAS), else
+    the packing without it."""
     fmt = parse_format(fmt_name)
     plain = _pack(fmt_name, target, False)
-    if not fold_ok(fmt, TARGETS[target]):
+    if not (FOLD_BIAS and fold_ok(fmt, TARGETS[target])):
         return plain
     folded = _pack(fmt_name, target, True)
     return folded if folded.cost()["total"] < plain.cost()["total"] else plain

@@ -41,13 +41,36 @@ def test_recipe_round_trip_every_format(fmt, act):
     assert words.numel() * 4 == L.Kpad * L.Npad * f.bits // 8   # no byte inflation
     vals = LL.emulate_values(rec, words, L)[:K, :N]
     want = torch.from_numpy(LL.code_values(f))[codes.long()]
-    assert rec.bias == (LL.TARGETS[rec.target].magic_value if LL.fold_ok(f, LL.TARGETS[rec.target]) else 0.0)
+    fold = LL.FOLD_BIAS and LL.fold_ok(f, LL.TARGETS[rec.target])
+    assert rec.bias == (LL.TARGETS[rec.target].magic_value if fold else 0.0)
     assert torch.equal(vals - rec.bias, want)         # exact: value + bias is an integer below 2^(mantissa + 1)
+    if LL.fold_ok(f, LL.TARGETS[rec.target]):          # the packing with the magic number left in (FOLD_BIAS)
+        frec = LL._pack(rec.fmt, rec.target, True)
+        fvals = LL.emulate_values(frec, LL.pack_codes(frec, codes, L), L)[:K, :N]
+        assert frec.bias == LL.TARGETS[rec.target].magic_value and torch.equal(fvals - frec.bias, want)
 
 
-def test_biased_recipes_flush_every_stage():
+@pytest.fixture
+def folded(monkeypatch):
+    """Recipes with the magic number left in (lowbit_layout.FOLD_BIAS), for the tests of that path."""
+    monkeypatch.setattr(LL, "FOLD_BIAS", True)
+    LL.build_recipe.cache_clear()
+    yield
+    LL.build_recipe.cache_clear()
+
+
+def test_biased_recipes_flush_every_stage(folded):
     """A recipe that leaves the magic number in (Recipe.bias) gets a stage table that flushes the partial sums at
-    every stage's end, whatever the group size (per channel included); the others flush at group ends only."""
+    every stage's end, whatever the group size (per channel included); the others flush at group ends only; and
+    the kernel's schedule with the bias added to the zero point matches float64."""
+    for fmt, g, M in [("u4", -1, 3), ("u2", 64, 16), ("u7", 96, 1)]:
+        qw = random_quantized(384, 512, fmt, g, torch.float16, seed=5)
+        pw = lowbit.pack(qw)
+        assert pw.rec.bias == 1024.0
+        x = torch.randn(M, 384, generator=torch.Generator().manual_seed(1)).to(torch.float16)
+        y, _ = emulate_gemv(pw, x, 3, defer=fmt == "u4")
+        ref = x.double() @ dequantize_ref(qw)
+        assert torch.allclose(y, ref, rtol=1e-10, atol=1e-12), (fmt, float((y - ref).abs().max()))
     for fmt, g in [("u4", -1), ("u2", -1), ("u4", 256), ("u8", 128), ("i4", -1), ("u1", -1)]:
         qw = random_quantized(1024, 256, fmt, g, torch.float16)
         pw = lowbit.pack(qw)
@@ -65,15 +88,17 @@ def test_recipe_costs_are_what_the_header_says():
         c = r.cost()
         assert f"// {r.fmt} on {r.target} tensor cores: {c['total']} instructions per 32 weights" in head
         assert c["per_weight"] < (3.5 if r.bits == 8 and r.target == "bf16" else 2.7), r.name
-    # the magic number left in (Recipe.bias): u4 = per word 4 lop3, 1 shf, 2 hfma2 (the codes at the mantissa's
-    # bottom need none) against 1 lop3 + 1 hfma2 per pair and 1 shf per 4 pairs without it
-    assert LL.build_recipe("u4", "f16").cost()["per_weight"] == 0.875
-    assert LL._pack("u4", "f16", False).cost()["per_weight"] == 1.125
-    assert LL.build_recipe("u8", "f16").cost()["per_weight"] == 0.75      # per word 2 lop3 + 1 shf
+    assert LL.build_recipe("u4", "f16").cost()["per_weight"] == 1.125     # 1 lop3 + 1 hfma2 per pair, 1 shf / 4 pairs
     assert LL.build_recipe("u1", "f16").cost()["per_weight"] < 1.05
-    for r in LL.all_recipes():   # only uint recipes of 2-7 (f16: 8) bits leave it in, and only where it is cheaper
-        assert (r.bias != 0) == (r.zero and r.bits >= 2 and not (r.target == "bf16" and r.bits == 8)), r.name
-        assert r.cost()["total"] <= LL._pack(r.fmt, r.target, False).cost()["total"]
+    # the magic number left in (Recipe.bias, FOLD_BIAS): u4 = per word 4 lop3, 2 shf, 1 hfma2 per pair whose code is
+    # not at the mantissa's bottom; u8 = per word 2 lop3 + 1 shf
+    assert LL._pack("u4", "f16", True).cost()["per_weight"] == 0.875
+    assert LL._pack("u8", "f16", True).cost()["per_weight"] == 0.75
+    for r in LL.all_recipes():
+        assert r.bias == 0.0 or LL.FOLD_BIAS
+        f = parse_format(r.fmt)
+        if LL.fold_ok(f, LL.TARGETS[r.target]):   # uint, 2-7 (f16: 8) bits: cheaper with the magic number left in
+            assert LL._pack(r.fmt, r.target, True).cost()["total"] < LL._pack(r.fmt, r.target, False).cost()["total"]
 
 
 def test_generated_header_is_up_to_date():
