@@ -66,14 +66,10 @@ def main(argv=None) -> int:
            "kernels": {}}
     failed = False
     for name in kernels:
-        kname, kmodes = name, modes
+        kname, kmodes, extra = name, modes, {}
         if name in LOWBIT_VARIANTS:
-            from native import lowbit
-            kname, kmodes = "lowbit", ["staged"]
-        inputs = nk.make_inputs(kname, "llm", "cuda", seed=0)
-        if name in LOWBIT_VARIANTS:   # lowbit_fn() keeps the prepared matmul it finds in the inputs
-            inputs["fn"] = lowbit.prepare(inputs["weight"], torch.float16, M=inputs["x"].shape[0],
-                                          variant=LOWBIT_VARIANTS[name])
+            kname, kmodes, extra = "lowbit", ["staged"], {"variant": LOWBIT_VARIANTS[name]}
+        inputs = nk.make_inputs(kname, "llm", "cuda", seed=0, **extra)
         ref = nk.reference(kname, inputs).double()
         words, blocks, warps = nk.buffer_words(kname, inputs, a.buffer_records)
         buf = torch.zeros(words, dtype=torch.int32, device="cuda")

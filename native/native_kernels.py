@@ -47,18 +47,24 @@ def suite_case(name: str):
     return SUITE[_SUITE_NAME[name]]
 
 
-def make_inputs(name: str, size: str, device, seed: int = 0) -> dict:
+def make_inputs(name: str, size: str, device, seed: int = 0, variant: str | None = None) -> dict:
     """Inputs for a native kernel: the suite case's inputs ('tiny' is too small for matmul tiles;
-    use size='llm' or build your own multiples of 128)."""
+    use size='llm' or build your own multiples of 128).  variant (lowbit only): the decode variant
+    (native.lowbit.VARIANT_CHOICES; default auto)."""
     if name == "calibrate":
         return {"spin_cycles": 1_000_000, "blocks": 264, "threads": 128}
     if name == "lowbit":
         import torch
         from kernels.lowbit.formats import random_quantized
+        from native import lowbit
+        variant = variant or lowbit.DEFAULT_VARIANT
+        if variant not in lowbit.VARIANT_CHOICES:
+            raise ValueError(f"decode variant {variant!r}: one of {list(lowbit.VARIANT_CHOICES)}")
         M, K, N = LOWBIT_SHAPES[size]
         qw = random_quantized(K, N, "u4", 128, torch.float16, seed=seed, device=device)
         g = torch.Generator(device=device).manual_seed(seed + 1)
-        return {"weight": qw, "x": torch.randn(M, K, generator=g, device=device).to(torch.float16)}
+        return {"weight": qw, "x": torch.randn(M, K, generator=g, device=device).to(torch.float16),
+                "variant": variant}
     return suite_case(name).make_inputs(size, device, seed)
 
 
@@ -75,11 +81,12 @@ def lowbit_fn(inputs: dict):
     if "fn" not in inputs:
         import torch
         from native import lowbit
-        # the default decode variant (auto: bulk for u4 since 2 Dec 2026, lean before); its instrumented build is
-        # the same variant (profiled() runs variant_num(M, prof=True)). Until 1 Dec 2026 the instrumented build was base only while the plain
-        # call ran lean, so the overhead ratio held lean's speedup too (0.0933 / 0.0773 ms = 1.21x on the H200,
-        # against 1.12x when both were base)
-        inputs["fn"] = lowbit.prepare(inputs["weight"], torch.float16, M=inputs["x"].shape[0])
+        # the inputs' decode variant (default auto: bulk for u4 since 2 Dec 2026, lean before); its instrumented
+        # build is the same variant (profiled() runs variant_num(M, prof=True)). Until 1 Dec 2026 the instrumented
+        # build was base only while the plain call ran lean, so the overhead ratio held lean's speedup too
+        # (0.0933 / 0.0773 ms = 1.21x on the H200, against 1.12x when both were base)
+        inputs["fn"] = lowbit.prepare(inputs["weight"], torch.float16, M=inputs["x"].shape[0],
+                                      variant=inputs.get("variant", lowbit.DEFAULT_VARIANT))
     return inputs["fn"]
 
 

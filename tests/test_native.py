@@ -416,3 +416,13 @@ def test_tune_point_parsing():
     from native.tune import _parse_points
     assert _parse_points("u4,8192,57344,1; F6E3M2,8192,8192,16;") == [("u4", 8192, 57344, 1), ("f6e3m2", 8192, 8192, 16)]
     assert _parse_points(None) == []
+
+
+def test_lowbit_inputs_carry_a_checked_decode_variant():
+    """native_kernels.make_inputs('lowbit', variant=...) (what native.instr_diag's lowbit_lean / lowbit_bulk use):
+    a variant the decode kernel does not have is refused before any weight is made; the default is auto."""
+    from native import native_kernels as nk
+    assert nk.make_inputs("lowbit", "tiny", "cpu")["variant"] == "auto"
+    assert nk.make_inputs("lowbit", "tiny", "cpu", variant="bulk")["variant"] == "bulk"
+    with pytest.raises(ValueError, match="decode variant 'fast'"):
+        nk.make_inputs("lowbit", "tiny", "cpu", variant="fast")
