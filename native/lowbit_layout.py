@@ -269,7 +269,7 @@ def fold_ok(fmt: WeightFormat, tgt: Target) -> bool:
 # u4 1-3% and u2 M=16 2-3% faster, u8 within 1%, but per channel (groups of 8192 k) the f32 accumulation of
 # bias * sum(x) lost 0.2-0.9% (u2-u4) until stage_table flushed every stage, and that version did not get its GPU
 # run.  The packing, the kernel's bias and the per-stage flush are in place and tested on the CPU.
-FOLD_BIAS = False
+FOLD_BIAS = True
 
 
 @lru_cache(maxsize=None)

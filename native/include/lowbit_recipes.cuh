@@ -41,7 +41,7 @@ struct rec_f16_u1 {
   }
 };
 
-// u2 on f16 tensor cores: 34 instructions per 32 weights (16 lop3, 2 shifts, 16 fma)
+// u2 on f16 tensor cores: 30 instructions per 32 weights (16 lop3, 12 shifts, 2 fma)
 struct rec_f16_u2 {
   static constexpr const char *NAME = "f16_u2";
   static constexpr int BITS = 2;
@@ -53,28 +53,28 @@ struct rec_f16_u2 {
   static constexpr bool TUNE = true;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
-  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr float BIAS = 1024.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_f16((w[0] & 0x00030003u) | magic, 0x3c003c00u, 0xe400e400u);
-    a[1] = hfma2_f16((w[0] & 0x000c000cu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[2] = hfma2_f16((w[0] & 0x00300030u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[3] = hfma2_f16((w[0] & 0x00c000c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[4] = hfma2_f16((w[0] & 0x03000300u) | magic, 0x1c001c00u, 0xc400c400u);
-    a[5] = hfma2_f16((w[1] & 0x00030003u) | magic, 0x3c003c00u, 0xe400e400u);
-    a[6] = hfma2_f16((w[1] & 0x000c000cu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[7] = hfma2_f16((w[1] & 0x00300030u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[8] = hfma2_f16((w[1] & 0x00c000c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[9] = hfma2_f16((w[1] & 0x03000300u) | magic, 0x1c001c00u, 0xc400c400u);
-    a[10] = hfma2_f16(((w[0] >> 6) & 0x00300030u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[11] = hfma2_f16(((w[0] >> 6) & 0x00c000c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[12] = hfma2_f16(((w[0] >> 6) & 0x03000300u) | magic, 0x1c001c00u, 0xc400c400u);
-    a[13] = hfma2_f16(((w[1] >> 6) & 0x00300030u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[14] = hfma2_f16(((w[1] >> 6) & 0x00c000c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[15] = hfma2_f16(((w[1] >> 6) & 0x03000300u) | magic, 0x1c001c00u, 0xc400c400u);
+    a[0] = ((w[0] & 0x00030003u) | magic);
+    a[1] = ((w[1] & 0x00030003u) | magic);
+    a[2] = (((w[0] >> 2) & 0x00030003u) | magic);
+    a[3] = (((w[0] >> 4) & 0x00030003u) | magic);
+    a[4] = (((w[0] >> 6) & 0x00030003u) | magic);
+    a[5] = (((w[1] >> 2) & 0x00030003u) | magic);
+    a[6] = (((w[1] >> 4) & 0x00030003u) | magic);
+    a[7] = (((w[1] >> 6) & 0x00030003u) | magic);
+    a[8] = (((w[0] >> 8) & 0x00030003u) | magic);
+    a[9] = (((w[1] >> 8) & 0x00030003u) | magic);
+    a[10] = (((w[0] >> 10) & 0x00030003u) | magic);
+    a[11] = (((w[1] >> 10) & 0x00030003u) | magic);
+    a[12] = (((w[0] >> 12) & 0x00030003u) | magic);
+    a[13] = (((w[1] >> 12) & 0x00030003u) | magic);
+    a[14] = hfma2_f16(((w[0] >> 6) & 0x03000300u) | magic, 0x1c001c00u, 0x63f863f8u);
+    a[15] = hfma2_f16(((w[1] >> 6) & 0x03000300u) | magic, 0x1c001c00u, 0x63f863f8u);
   }
 };
 
-// u3 on f16 tensor cores: 40 instructions per 32 weights (18 lop3, 6 shifts, 16 fma)
+// u3 on f16 tensor cores: 33 instructions per 32 weights (18 lop3, 11 shifts, 4 fma)
 struct rec_f16_u3 {
   static constexpr const char *NAME = "f16_u3";
   static constexpr int BITS = 3;
@@ -86,28 +86,28 @@ struct rec_f16_u3 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
-  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr float BIAS = 1024.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_f16((w[0] & 0x00070007u) | magic, 0x3c003c00u, 0xe400e400u);
-    a[1] = hfma2_f16((w[0] & 0x00380038u) | magic, 0x30003000u, 0xd800d800u);
-    a[2] = hfma2_f16((w[0] & 0x01c001c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[3] = hfma2_f16((w[1] & 0x00070007u) | magic, 0x3c003c00u, 0xe400e400u);
-    a[4] = hfma2_f16((w[1] & 0x00380038u) | magic, 0x30003000u, 0xd800d800u);
-    a[5] = hfma2_f16((w[1] & 0x01c001c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[6] = hfma2_f16((w[2] & 0x00070007u) | magic, 0x3c003c00u, 0xe400e400u);
-    a[7] = hfma2_f16((w[2] & 0x00380038u) | magic, 0x30003000u, 0xd800d800u);
-    a[8] = hfma2_f16((w[2] & 0x01c001c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[9] = hfma2_f16(((w[0] >> 5) & 0x00700070u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[10] = hfma2_f16(((w[0] >> 5) & 0x03800380u) | magic, 0x20002000u, 0xc800c800u);
-    a[11] = hfma2_f16(((w[1] >> 5) & 0x00700070u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[12] = hfma2_f16(((w[1] >> 5) & 0x03800380u) | magic, 0x20002000u, 0xc800c800u);
-    a[13] = hfma2_f16(((w[2] >> 5) & 0x00700070u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[14] = hfma2_f16(((w[2] >> 5) & 0x03800380u) | magic, 0x20002000u, 0xc800c800u);
-    a[15] = hfma2_f16(((w[0] >> 6) & 0x02000200u) | ((w[1] >> 7) & 0x01000100u) | ((w[2] >> 8) & 0x00800080u) | magic, 0x20002000u, 0xc800c800u);
+    a[0] = ((w[0] & 0x00070007u) | magic);
+    a[1] = ((w[1] & 0x00070007u) | magic);
+    a[2] = ((w[2] & 0x00070007u) | magic);
+    a[3] = (((w[0] >> 3) & 0x00070007u) | magic);
+    a[4] = (((w[0] >> 6) & 0x00070007u) | magic);
+    a[5] = (((w[1] >> 3) & 0x00070007u) | magic);
+    a[6] = (((w[1] >> 6) & 0x00070007u) | magic);
+    a[7] = (((w[2] >> 3) & 0x00070007u) | magic);
+    a[8] = (((w[2] >> 6) & 0x00070007u) | magic);
+    a[9] = (((w[0] >> 9) & 0x00070007u) | magic);
+    a[10] = (((w[1] >> 9) & 0x00070007u) | magic);
+    a[11] = (((w[2] >> 9) & 0x00070007u) | magic);
+    a[12] = hfma2_f16(((w[0] >> 6) & 0x01c001c0u) | magic, 0x24002400u, 0x63e063e0u);
+    a[13] = hfma2_f16(((w[1] >> 6) & 0x01c001c0u) | magic, 0x24002400u, 0x63e063e0u);
+    a[14] = hfma2_f16(((w[2] >> 6) & 0x01c001c0u) | magic, 0x24002400u, 0x63e063e0u);
+    a[15] = hfma2_f16(((w[0] >> 6) & 0x02000200u) | ((w[1] >> 7) & 0x01000100u) | ((w[2] >> 8) & 0x00800080u) | magic, 0x20002000u, 0x63f063f0u);
   }
 };
 
-// u4 on f16 tensor cores: 36 instructions per 32 weights (16 lop3, 4 shifts, 16 fma)
+// u4 on f16 tensor cores: 28 instructions per 32 weights (16 lop3, 8 shifts, 4 fma)
 struct rec_f16_u4 {
   static constexpr const char *NAME = "f16_u4";
   static constexpr int BITS = 4;
@@ -119,28 +119,28 @@ struct rec_f16_u4 {
   static constexpr bool TUNE = true;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
-  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr float BIAS = 1024.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_f16((w[0] & 0x000f000fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[1] = hfma2_f16((w[0] & 0x00f000f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[2] = hfma2_f16((w[1] & 0x000f000fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[3] = hfma2_f16((w[1] & 0x00f000f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[4] = hfma2_f16((w[2] & 0x000f000fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[5] = hfma2_f16((w[2] & 0x00f000f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[6] = hfma2_f16((w[3] & 0x000f000fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[7] = hfma2_f16((w[3] & 0x00f000f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[8] = hfma2_f16(((w[0] >> 6) & 0x003c003cu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[9] = hfma2_f16(((w[0] >> 6) & 0x03c003c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[10] = hfma2_f16(((w[1] >> 6) & 0x003c003cu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[11] = hfma2_f16(((w[1] >> 6) & 0x03c003c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[12] = hfma2_f16(((w[2] >> 6) & 0x003c003cu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[13] = hfma2_f16(((w[2] >> 6) & 0x03c003c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[14] = hfma2_f16(((w[3] >> 6) & 0x003c003cu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[15] = hfma2_f16(((w[3] >> 6) & 0x03c003c0u) | magic, 0x24002400u, 0xcc00cc00u);
+    a[0] = ((w[0] & 0x000f000fu) | magic);
+    a[1] = ((w[1] & 0x000f000fu) | magic);
+    a[2] = ((w[2] & 0x000f000fu) | magic);
+    a[3] = ((w[3] & 0x000f000fu) | magic);
+    a[4] = (((w[0] >> 4) & 0x000f000fu) | magic);
+    a[5] = (((w[0] >> 8) & 0x000f000fu) | magic);
+    a[6] = (((w[1] >> 4) & 0x000f000fu) | magic);
+    a[7] = (((w[1] >> 8) & 0x000f000fu) | magic);
+    a[8] = (((w[2] >> 4) & 0x000f000fu) | magic);
+    a[9] = (((w[2] >> 8) & 0x000f000fu) | magic);
+    a[10] = (((w[3] >> 4) & 0x000f000fu) | magic);
+    a[11] = (((w[3] >> 8) & 0x000f000fu) | magic);
+    a[12] = hfma2_f16(((w[0] >> 8) & 0x00f000f0u) | magic, 0x2c002c00u, 0x63806380u);
+    a[13] = hfma2_f16(((w[1] >> 8) & 0x00f000f0u) | magic, 0x2c002c00u, 0x63806380u);
+    a[14] = hfma2_f16(((w[2] >> 8) & 0x00f000f0u) | magic, 0x2c002c00u, 0x63806380u);
+    a[15] = hfma2_f16(((w[3] >> 8) & 0x00f000f0u) | magic, 0x2c002c00u, 0x63806380u);
   }
 };
 
-// u5 on f16 tensor cores: 46 instructions per 32 weights (20 lop3, 10 shifts, 16 fma)
+// u5 on f16 tensor cores: 35 instructions per 32 weights (20 lop3, 10 shifts, 5 fma)
 struct rec_f16_u5 {
   static constexpr const char *NAME = "f16_u5";
   static constexpr int BITS = 5;
@@ -152,28 +152,28 @@ struct rec_f16_u5 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
-  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr float BIAS = 1024.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_f16((w[0] & 0x001f001fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[1] = hfma2_f16((w[0] & 0x03e003e0u) | magic, 0x28002800u, 0xd000d000u);
-    a[2] = hfma2_f16((w[1] & 0x001f001fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[3] = hfma2_f16((w[1] & 0x03e003e0u) | magic, 0x28002800u, 0xd000d000u);
-    a[4] = hfma2_f16((w[2] & 0x001f001fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[5] = hfma2_f16((w[2] & 0x03e003e0u) | magic, 0x28002800u, 0xd000d000u);
-    a[6] = hfma2_f16((w[3] & 0x001f001fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[7] = hfma2_f16((w[3] & 0x03e003e0u) | magic, 0x28002800u, 0xd000d000u);
-    a[8] = hfma2_f16((w[4] & 0x001f001fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[9] = hfma2_f16((w[4] & 0x03e003e0u) | magic, 0x28002800u, 0xd000d000u);
-    a[10] = hfma2_f16(((w[0] >> 5) & 0x03e003e0u) | magic, 0x28002800u, 0xd000d000u);
-    a[11] = hfma2_f16(((w[1] >> 5) & 0x03e003e0u) | magic, 0x28002800u, 0xd000d000u);
-    a[12] = hfma2_f16(((w[2] >> 5) & 0x03e003e0u) | magic, 0x28002800u, 0xd000d000u);
-    a[13] = hfma2_f16(((w[3] >> 5) & 0x03e003e0u) | magic, 0x28002800u, 0xd000d000u);
-    a[14] = hfma2_f16(((w[4] >> 5) & 0x03e003e0u) | magic, 0x28002800u, 0xd000d000u);
-    a[15] = hfma2_f16(((w[0] >> 6) & 0x02000200u) | ((w[1] >> 7) & 0x01000100u) | ((w[2] >> 8) & 0x00800080u) | ((w[3] >> 9) & 0x00400040u) | ((w[4] >> 10) & 0x00200020u) | magic, 0x28002800u, 0xd000d000u);
+    a[0] = ((w[0] & 0x001f001fu) | magic);
+    a[1] = ((w[1] & 0x001f001fu) | magic);
+    a[2] = ((w[2] & 0x001f001fu) | magic);
+    a[3] = ((w[3] & 0x001f001fu) | magic);
+    a[4] = ((w[4] & 0x001f001fu) | magic);
+    a[5] = (((w[0] >> 5) & 0x001f001fu) | magic);
+    a[6] = (((w[1] >> 5) & 0x001f001fu) | magic);
+    a[7] = (((w[2] >> 5) & 0x001f001fu) | magic);
+    a[8] = (((w[3] >> 5) & 0x001f001fu) | magic);
+    a[9] = (((w[4] >> 5) & 0x001f001fu) | magic);
+    a[10] = hfma2_f16(((w[0] >> 5) & 0x03e003e0u) | magic, 0x28002800u, 0x63c063c0u);
+    a[11] = hfma2_f16(((w[1] >> 5) & 0x03e003e0u) | magic, 0x28002800u, 0x63c063c0u);
+    a[12] = hfma2_f16(((w[2] >> 5) & 0x03e003e0u) | magic, 0x28002800u, 0x63c063c0u);
+    a[13] = hfma2_f16(((w[3] >> 5) & 0x03e003e0u) | magic, 0x28002800u, 0x63c063c0u);
+    a[14] = hfma2_f16(((w[4] >> 5) & 0x03e003e0u) | magic, 0x28002800u, 0x63c063c0u);
+    a[15] = (((w[0] >> 11) & 0x00100010u) | ((w[1] >> 12) & 0x00080008u) | ((w[2] >> 13) & 0x00040004u) | ((w[3] >> 14) & 0x00020002u) | ((w[4] >> 15) & 0x00010001u) | magic);
   }
 };
 
-// u6 on f16 tensor cores: 48 instructions per 32 weights (20 lop3, 12 shifts, 16 fma)
+// u6 on f16 tensor cores: 34 instructions per 32 weights (20 lop3, 10 shifts, 4 fma)
 struct rec_f16_u6 {
   static constexpr const char *NAME = "f16_u6";
   static constexpr int BITS = 6;
@@ -185,28 +185,28 @@ struct rec_f16_u6 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
-  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr float BIAS = 1024.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_f16((w[0] & 0x003f003fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[1] = hfma2_f16((w[1] & 0x003f003fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[2] = hfma2_f16((w[2] & 0x003f003fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[3] = hfma2_f16((w[3] & 0x003f003fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[4] = hfma2_f16((w[4] & 0x003f003fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[5] = hfma2_f16((w[5] & 0x003f003fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[6] = hfma2_f16(((w[0] >> 2) & 0x03f003f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[7] = hfma2_f16(((w[1] >> 2) & 0x03f003f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[8] = hfma2_f16(((w[2] >> 2) & 0x03f003f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[9] = hfma2_f16(((w[3] >> 2) & 0x03f003f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[10] = hfma2_f16(((w[4] >> 2) & 0x03f003f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[11] = hfma2_f16(((w[5] >> 2) & 0x03f003f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[12] = hfma2_f16(((w[0] >> 6) & 0x03c003c0u) | ((w[1] >> 8) & 0x00300030u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[13] = hfma2_f16(((w[1] >> 8) & 0x00c000c0u) | ((w[2] >> 10) & 0x003c003cu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[14] = hfma2_f16(((w[3] >> 6) & 0x03c003c0u) | ((w[4] >> 8) & 0x00300030u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[15] = hfma2_f16(((w[4] >> 8) & 0x00c000c0u) | ((w[5] >> 10) & 0x003c003cu) | magic, 0x34003400u, 0xdc00dc00u);
+    a[0] = ((w[0] & 0x003f003fu) | magic);
+    a[1] = ((w[1] & 0x003f003fu) | magic);
+    a[2] = ((w[2] & 0x003f003fu) | magic);
+    a[3] = ((w[3] & 0x003f003fu) | magic);
+    a[4] = ((w[4] & 0x003f003fu) | magic);
+    a[5] = ((w[5] & 0x003f003fu) | magic);
+    a[6] = (((w[0] >> 6) & 0x003f003fu) | magic);
+    a[7] = (((w[1] >> 6) & 0x003f003fu) | magic);
+    a[8] = (((w[2] >> 6) & 0x003f003fu) | magic);
+    a[9] = (((w[3] >> 6) & 0x003f003fu) | magic);
+    a[10] = (((w[4] >> 6) & 0x003f003fu) | magic);
+    a[11] = (((w[5] >> 6) & 0x003f003fu) | magic);
+    a[12] = hfma2_f16(((w[0] >> 6) & 0x03c003c0u) | ((w[1] >> 8) & 0x00300030u) | magic, 0x2c002c00u, 0x63806380u);
+    a[13] = hfma2_f16(((w[1] >> 10) & 0x00300030u) | ((w[2] >> 6) & 0x03c003c0u) | magic, 0x2c002c00u, 0x63806380u);
+    a[14] = hfma2_f16(((w[3] >> 6) & 0x03c003c0u) | ((w[4] >> 8) & 0x00300030u) | magic, 0x2c002c00u, 0x63806380u);
+    a[15] = hfma2_f16(((w[4] >> 10) & 0x00300030u) | ((w[5] >> 6) & 0x03c003c0u) | magic, 0x2c002c00u, 0x63806380u);
   }
 };
 
-// u7 on f16 tensor cores: 52 instructions per 32 weights (22 lop3, 14 shifts, 16 fma)
+// u7 on f16 tensor cores: 38 instructions per 32 weights (23 lop3, 14 shifts, 1 fma)
 struct rec_f16_u7 {
   static constexpr const char *NAME = "f16_u7";
   static constexpr int BITS = 7;
@@ -218,28 +218,28 @@ struct rec_f16_u7 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
-  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr float BIAS = 1024.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_f16((w[0] & 0x007f007fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[1] = hfma2_f16((w[1] & 0x007f007fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[2] = hfma2_f16((w[2] & 0x007f007fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[3] = hfma2_f16((w[3] & 0x007f007fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[4] = hfma2_f16((w[4] & 0x007f007fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[5] = hfma2_f16((w[5] & 0x007f007fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[6] = hfma2_f16((w[6] & 0x007f007fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[7] = hfma2_f16(((w[0] >> 4) & 0x03f803f8u) | magic, 0x30003000u, 0xd800d800u);
-    a[8] = hfma2_f16(((w[1] >> 4) & 0x03f803f8u) | magic, 0x30003000u, 0xd800d800u);
-    a[9] = hfma2_f16(((w[2] >> 4) & 0x03f803f8u) | magic, 0x30003000u, 0xd800d800u);
-    a[10] = hfma2_f16(((w[3] >> 4) & 0x03f803f8u) | magic, 0x30003000u, 0xd800d800u);
-    a[11] = hfma2_f16(((w[4] >> 4) & 0x03f803f8u) | magic, 0x30003000u, 0xd800d800u);
-    a[12] = hfma2_f16(((w[5] >> 4) & 0x03f803f8u) | magic, 0x30003000u, 0xd800d800u);
-    a[13] = hfma2_f16(((w[6] >> 4) & 0x03f803f8u) | magic, 0x30003000u, 0xd800d800u);
-    a[14] = hfma2_f16(((w[0] >> 6) & 0x03000300u) | ((w[1] >> 8) & 0x00c000c0u) | ((w[2] >> 10) & 0x00300030u) | ((w[3] >> 11) & 0x00080008u) | magic, 0x30003000u, 0xd800d800u);
-    a[15] = hfma2_f16(((w[3] >> 11) & 0x00100010u) | ((w[4] >> 9) & 0x00600060u) | ((w[5] >> 12) & 0x000c000cu) | ((w[6] >> 14) & 0x00030003u) | magic, 0x3c003c00u, 0xe400e400u);
+    a[0] = ((w[0] & 0x007f007fu) | magic);
+    a[1] = ((w[1] & 0x007f007fu) | magic);
+    a[2] = ((w[2] & 0x007f007fu) | magic);
+    a[3] = ((w[3] & 0x007f007fu) | magic);
+    a[4] = ((w[4] & 0x007f007fu) | magic);
+    a[5] = ((w[5] & 0x007f007fu) | magic);
+    a[6] = ((w[6] & 0x007f007fu) | magic);
+    a[7] = (((w[0] >> 7) & 0x007f007fu) | magic);
+    a[8] = (((w[1] >> 7) & 0x007f007fu) | magic);
+    a[9] = (((w[2] >> 7) & 0x007f007fu) | magic);
+    a[10] = (((w[3] >> 7) & 0x007f007fu) | magic);
+    a[11] = (((w[4] >> 7) & 0x007f007fu) | magic);
+    a[12] = (((w[5] >> 7) & 0x007f007fu) | magic);
+    a[13] = (((w[6] >> 7) & 0x007f007fu) | magic);
+    a[14] = hfma2_f16(((w[0] >> 7) & 0x01800180u) | ((w[1] >> 9) & 0x00600060u) | ((w[2] >> 11) & 0x00180018u) | ((w[3] >> 12) & 0x00040004u) | magic, 0x34003400u, 0x62006200u);
+    a[15] = (((w[3] >> 12) & 0x00080008u) | ((w[4] >> 9) & 0x00600060u) | ((w[5] >> 13) & 0x00060006u) | ((w[6] >> 10) & 0x00100010u) | ((w[6] >> 15) & 0x00010001u) | magic);
   }
 };
 
-// u8 on f16 tensor cores: 40 instructions per 32 weights (16 lop3, 8 shifts, 16 fma)
+// u8 on f16 tensor cores: 24 instructions per 32 weights (16 lop3, 8 shifts, 0 fma)
 struct rec_f16_u8 {
   static constexpr const char *NAME = "f16_u8";
   static constexpr int BITS = 8;
@@ -251,24 +251,24 @@ struct rec_f16_u8 {
   static constexpr bool TUNE = true;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
-  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr float BIAS = 1024.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_f16((w[0] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[1] = hfma2_f16((w[1] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[2] = hfma2_f16((w[2] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[3] = hfma2_f16((w[3] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[4] = hfma2_f16((w[4] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[5] = hfma2_f16((w[5] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[6] = hfma2_f16((w[6] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[7] = hfma2_f16((w[7] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[8] = hfma2_f16(((w[0] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[9] = hfma2_f16(((w[1] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[10] = hfma2_f16(((w[2] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[11] = hfma2_f16(((w[3] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[12] = hfma2_f16(((w[4] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[13] = hfma2_f16(((w[5] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[14] = hfma2_f16(((w[6] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[15] = hfma2_f16(((w[7] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
+    a[0] = ((w[0] & 0x00ff00ffu) | magic);
+    a[1] = ((w[1] & 0x00ff00ffu) | magic);
+    a[2] = ((w[2] & 0x00ff00ffu) | magic);
+    a[3] = ((w[3] & 0x00ff00ffu) | magic);
+    a[4] = ((w[4] & 0x00ff00ffu) | magic);
+    a[5] = ((w[5] & 0x00ff00ffu) | magic);
+    a[6] = ((w[6] & 0x00ff00ffu) | magic);
+    a[7] = ((w[7] & 0x00ff00ffu) | magic);
+    a[8] = (((w[0] >> 8) & 0x00ff00ffu) | magic);
+    a[9] = (((w[1] >> 8) & 0x00ff00ffu) | magic);
+    a[10] = (((w[2] >> 8) & 0x00ff00ffu) | magic);
+    a[11] = (((w[3] >> 8) & 0x00ff00ffu) | magic);
+    a[12] = (((w[4] >> 8) & 0x00ff00ffu) | magic);
+    a[13] = (((w[5] >> 8) & 0x00ff00ffu) | magic);
+    a[14] = (((w[6] >> 8) & 0x00ff00ffu) | magic);
+    a[15] = (((w[7] >> 8) & 0x00ff00ffu) | magic);
   }
 };
 
@@ -1427,7 +1427,7 @@ struct rec_bf16_u1 {
   }
 };
 
-// u2 on bf16 tensor cores: 36 instructions per 32 weights (16 lop3, 4 shifts, 16 fma)
+// u2 on bf16 tensor cores: 30 instructions per 32 weights (16 lop3, 12 shifts, 2 fma)
 struct rec_bf16_u2 {
   static constexpr const char *NAME = "bf16_u2";
   static constexpr int BITS = 2;
@@ -1439,28 +1439,28 @@ struct rec_bf16_u2 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
-  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr float BIAS = 128.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_bf16((w[0] & 0x00030003u) | magic, 0x3f803f80u, 0xc300c300u);
-    a[1] = hfma2_bf16((w[0] & 0x000c000cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[2] = hfma2_bf16((w[0] & 0x00300030u) | magic, 0x3d803d80u, 0xc100c100u);
-    a[3] = hfma2_bf16((w[1] & 0x00030003u) | magic, 0x3f803f80u, 0xc300c300u);
-    a[4] = hfma2_bf16((w[1] & 0x000c000cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[5] = hfma2_bf16((w[1] & 0x00300030u) | magic, 0x3d803d80u, 0xc100c100u);
-    a[6] = hfma2_bf16(((w[0] >> 5) & 0x00060006u) | magic, 0x3f003f00u, 0xc280c280u);
-    a[7] = hfma2_bf16(((w[0] >> 5) & 0x00180018u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[8] = hfma2_bf16(((w[0] >> 5) & 0x00600060u) | magic, 0x3d003d00u, 0xc080c080u);
-    a[9] = hfma2_bf16(((w[1] >> 5) & 0x00060006u) | magic, 0x3f003f00u, 0xc280c280u);
-    a[10] = hfma2_bf16(((w[1] >> 5) & 0x00180018u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[11] = hfma2_bf16(((w[1] >> 5) & 0x00600060u) | magic, 0x3d003d00u, 0xc080c080u);
-    a[12] = hfma2_bf16(((w[0] >> 9) & 0x00180018u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[13] = hfma2_bf16(((w[0] >> 9) & 0x00600060u) | magic, 0x3d003d00u, 0xc080c080u);
-    a[14] = hfma2_bf16(((w[1] >> 9) & 0x00180018u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[15] = hfma2_bf16(((w[1] >> 9) & 0x00600060u) | magic, 0x3d003d00u, 0xc080c080u);
+    a[0] = ((w[0] & 0x00030003u) | magic);
+    a[1] = ((w[1] & 0x00030003u) | magic);
+    a[2] = (((w[0] >> 2) & 0x00030003u) | magic);
+    a[3] = (((w[0] >> 4) & 0x00030003u) | magic);
+    a[4] = (((w[0] >> 6) & 0x00030003u) | magic);
+    a[5] = (((w[0] >> 8) & 0x00030003u) | magic);
+    a[6] = (((w[0] >> 10) & 0x00030003u) | magic);
+    a[7] = (((w[1] >> 2) & 0x00030003u) | magic);
+    a[8] = (((w[1] >> 4) & 0x00030003u) | magic);
+    a[9] = (((w[1] >> 6) & 0x00030003u) | magic);
+    a[10] = (((w[1] >> 8) & 0x00030003u) | magic);
+    a[11] = (((w[1] >> 10) & 0x00030003u) | magic);
+    a[12] = (((w[0] >> 12) & 0x00030003u) | magic);
+    a[13] = (((w[1] >> 12) & 0x00030003u) | magic);
+    a[14] = hfma2_bf16(((w[0] >> 10) & 0x00300030u) | magic, 0x3d803d80u, 0x42f042f0u);
+    a[15] = hfma2_bf16(((w[1] >> 10) & 0x00300030u) | magic, 0x3d803d80u, 0x42f042f0u);
   }
 };
 
-// u3 on bf16 tensor cores: 43 instructions per 32 weights (18 lop3, 9 shifts, 16 fma)
+// u3 on bf16 tensor cores: 33 instructions per 32 weights (18 lop3, 11 shifts, 4 fma)
 struct rec_bf16_u3 {
   static constexpr const char *NAME = "bf16_u3";
   static constexpr int BITS = 3;
@@ -1472,28 +1472,28 @@ struct rec_bf16_u3 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
-  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr float BIAS = 128.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_bf16((w[0] & 0x00070007u) | magic, 0x3f803f80u, 0xc300c300u);
-    a[1] = hfma2_bf16((w[0] & 0x00380038u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[2] = hfma2_bf16((w[1] & 0x00070007u) | magic, 0x3f803f80u, 0xc300c300u);
-    a[3] = hfma2_bf16((w[1] & 0x00380038u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[4] = hfma2_bf16((w[2] & 0x00070007u) | magic, 0x3f803f80u, 0xc300c300u);
-    a[5] = hfma2_bf16((w[2] & 0x00380038u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[6] = hfma2_bf16(((w[0] >> 5) & 0x000e000eu) | magic, 0x3f003f00u, 0xc280c280u);
-    a[7] = hfma2_bf16(((w[0] >> 5) & 0x00700070u) | magic, 0x3d803d80u, 0xc100c100u);
-    a[8] = hfma2_bf16(((w[1] >> 5) & 0x000e000eu) | magic, 0x3f003f00u, 0xc280c280u);
-    a[9] = hfma2_bf16(((w[1] >> 5) & 0x00700070u) | magic, 0x3d803d80u, 0xc100c100u);
-    a[10] = hfma2_bf16(((w[2] >> 5) & 0x000e000eu) | magic, 0x3f003f00u, 0xc280c280u);
-    a[11] = hfma2_bf16(((w[2] >> 5) & 0x00700070u) | magic, 0x3d803d80u, 0xc100c100u);
-    a[12] = hfma2_bf16(((w[0] >> 8) & 0x00700070u) | magic, 0x3d803d80u, 0xc100c100u);
-    a[13] = hfma2_bf16(((w[1] >> 8) & 0x00700070u) | magic, 0x3d803d80u, 0xc100c100u);
-    a[14] = hfma2_bf16(((w[2] >> 8) & 0x00700070u) | magic, 0x3d803d80u, 0xc100c100u);
-    a[15] = hfma2_bf16(((w[0] >> 9) & 0x00400040u) | ((w[1] >> 10) & 0x00200020u) | ((w[2] >> 11) & 0x00100010u) | magic, 0x3d803d80u, 0xc100c100u);
+    a[0] = ((w[0] & 0x00070007u) | magic);
+    a[1] = ((w[1] & 0x00070007u) | magic);
+    a[2] = ((w[2] & 0x00070007u) | magic);
+    a[3] = (((w[0] >> 3) & 0x00070007u) | magic);
+    a[4] = (((w[0] >> 6) & 0x00070007u) | magic);
+    a[5] = (((w[0] >> 9) & 0x00070007u) | magic);
+    a[6] = (((w[1] >> 3) & 0x00070007u) | magic);
+    a[7] = (((w[1] >> 6) & 0x00070007u) | magic);
+    a[8] = (((w[1] >> 9) & 0x00070007u) | magic);
+    a[9] = (((w[2] >> 3) & 0x00070007u) | magic);
+    a[10] = (((w[2] >> 6) & 0x00070007u) | magic);
+    a[11] = (((w[2] >> 9) & 0x00070007u) | magic);
+    a[12] = hfma2_bf16(((w[0] >> 9) & 0x00380038u) | magic, 0x3e003e00u, 0x42e042e0u);
+    a[13] = hfma2_bf16(((w[1] >> 9) & 0x00380038u) | magic, 0x3e003e00u, 0x42e042e0u);
+    a[14] = hfma2_bf16(((w[2] >> 9) & 0x00380038u) | magic, 0x3e003e00u, 0x42e042e0u);
+    a[15] = hfma2_bf16(((w[0] >> 9) & 0x00400040u) | ((w[1] >> 10) & 0x00200020u) | ((w[2] >> 11) & 0x00100010u) | magic, 0x3d803d80u, 0x42f042f0u);
   }
 };
 
-// u4 on bf16 tensor cores: 44 instructions per 32 weights (16 lop3, 12 shifts, 16 fma)
+// u4 on bf16 tensor cores: 28 instructions per 32 weights (16 lop3, 12 shifts, 0 fma)
 struct rec_bf16_u4 {
   static constexpr const char *NAME = "bf16_u4";
   static constexpr int BITS = 4;
@@ -1505,28 +1505,28 @@ struct rec_bf16_u4 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
-  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr float BIAS = 128.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[1] = hfma2_bf16((w[1] & 0x000f000fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[2] = hfma2_bf16((w[2] & 0x000f000fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[3] = hfma2_bf16((w[3] & 0x000f000fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[4] = hfma2_bf16(((w[0] >> 1) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[5] = hfma2_bf16(((w[0] >> 5) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[6] = hfma2_bf16(((w[0] >> 9) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[7] = hfma2_bf16(((w[1] >> 1) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[8] = hfma2_bf16(((w[1] >> 5) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[9] = hfma2_bf16(((w[1] >> 9) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[10] = hfma2_bf16(((w[2] >> 1) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[11] = hfma2_bf16(((w[2] >> 5) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[12] = hfma2_bf16(((w[2] >> 9) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[13] = hfma2_bf16(((w[3] >> 1) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[14] = hfma2_bf16(((w[3] >> 5) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
-    a[15] = hfma2_bf16(((w[3] >> 9) & 0x00780078u) | magic, 0x3e003e00u, 0xc180c180u);
+    a[0] = ((w[0] & 0x000f000fu) | magic);
+    a[1] = ((w[1] & 0x000f000fu) | magic);
+    a[2] = ((w[2] & 0x000f000fu) | magic);
+    a[3] = ((w[3] & 0x000f000fu) | magic);
+    a[4] = (((w[0] >> 4) & 0x000f000fu) | magic);
+    a[5] = (((w[0] >> 8) & 0x000f000fu) | magic);
+    a[6] = (((w[0] >> 12) & 0x000f000fu) | magic);
+    a[7] = (((w[1] >> 4) & 0x000f000fu) | magic);
+    a[8] = (((w[1] >> 8) & 0x000f000fu) | magic);
+    a[9] = (((w[1] >> 12) & 0x000f000fu) | magic);
+    a[10] = (((w[2] >> 4) & 0x000f000fu) | magic);
+    a[11] = (((w[2] >> 8) & 0x000f000fu) | magic);
+    a[12] = (((w[2] >> 12) & 0x000f000fu) | magic);
+    a[13] = (((w[3] >> 4) & 0x000f000fu) | magic);
+    a[14] = (((w[3] >> 8) & 0x000f000fu) | magic);
+    a[15] = (((w[3] >> 12) & 0x000f000fu) | magic);
   }
 };
 
-// u5 on bf16 tensor cores: 51 instructions per 32 weights (20 lop3, 15 shifts, 16 fma)
+// u5 on bf16 tensor cores: 35 instructions per 32 weights (20 lop3, 14 shifts, 1 fma)
 struct rec_bf16_u5 {
   static constexpr const char *NAME = "bf16_u5";
   static constexpr int BITS = 5;
@@ -1538,28 +1538,28 @@ struct rec_bf16_u5 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
-  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr float BIAS = 128.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_bf16((w[0] & 0x001f001fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[1] = hfma2_bf16((w[1] & 0x001f001fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[2] = hfma2_bf16((w[2] & 0x001f001fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[3] = hfma2_bf16((w[3] & 0x001f001fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[4] = hfma2_bf16((w[4] & 0x001f001fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[5] = hfma2_bf16(((w[0] >> 3) & 0x007c007cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[6] = hfma2_bf16(((w[0] >> 8) & 0x007c007cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[7] = hfma2_bf16(((w[1] >> 3) & 0x007c007cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[8] = hfma2_bf16(((w[1] >> 8) & 0x007c007cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[9] = hfma2_bf16(((w[2] >> 3) & 0x007c007cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[10] = hfma2_bf16(((w[2] >> 8) & 0x007c007cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[11] = hfma2_bf16(((w[3] >> 3) & 0x007c007cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[12] = hfma2_bf16(((w[3] >> 8) & 0x007c007cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[13] = hfma2_bf16(((w[4] >> 3) & 0x007c007cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[14] = hfma2_bf16(((w[4] >> 8) & 0x007c007cu) | magic, 0x3e803e80u, 0xc200c200u);
-    a[15] = hfma2_bf16(((w[0] >> 9) & 0x00400040u) | ((w[1] >> 10) & 0x00200020u) | ((w[2] >> 11) & 0x00100010u) | ((w[3] >> 12) & 0x00080008u) | ((w[4] >> 13) & 0x00040004u) | magic, 0x3e803e80u, 0xc200c200u);
+    a[0] = ((w[0] & 0x001f001fu) | magic);
+    a[1] = ((w[1] & 0x001f001fu) | magic);
+    a[2] = ((w[2] & 0x001f001fu) | magic);
+    a[3] = ((w[3] & 0x001f001fu) | magic);
+    a[4] = ((w[4] & 0x001f001fu) | magic);
+    a[5] = (((w[0] >> 5) & 0x001f001fu) | magic);
+    a[6] = (((w[0] >> 10) & 0x001f001fu) | magic);
+    a[7] = (((w[1] >> 5) & 0x001f001fu) | magic);
+    a[8] = (((w[1] >> 10) & 0x001f001fu) | magic);
+    a[9] = (((w[2] >> 5) & 0x001f001fu) | magic);
+    a[10] = (((w[2] >> 10) & 0x001f001fu) | magic);
+    a[11] = (((w[3] >> 5) & 0x001f001fu) | magic);
+    a[12] = (((w[3] >> 10) & 0x001f001fu) | magic);
+    a[13] = (((w[4] >> 5) & 0x001f001fu) | magic);
+    a[14] = (((w[4] >> 10) & 0x001f001fu) | magic);
+    a[15] = hfma2_bf16(((w[0] >> 10) & 0x00200020u) | ((w[1] >> 11) & 0x00100010u) | ((w[2] >> 12) & 0x00080008u) | ((w[3] >> 13) & 0x00040004u) | ((w[4] >> 14) & 0x00020002u) | magic, 0x3f003f00u, 0x42804280u);
   }
 };
 
-// u6 on bf16 tensor cores: 52 instructions per 32 weights (22 lop3, 14 shifts, 16 fma)
+// u6 on bf16 tensor cores: 36 instructions per 32 weights (22 lop3, 14 shifts, 0 fma)
 struct rec_bf16_u6 {
   static constexpr const char *NAME = "bf16_u6";
   static constexpr int BITS = 6;
@@ -1571,28 +1571,28 @@ struct rec_bf16_u6 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
-  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr float BIAS = 128.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_bf16((w[0] & 0x003f003fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[1] = hfma2_bf16((w[1] & 0x003f003fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[2] = hfma2_bf16((w[2] & 0x003f003fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[3] = hfma2_bf16((w[3] & 0x003f003fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[4] = hfma2_bf16((w[4] & 0x003f003fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[5] = hfma2_bf16((w[5] & 0x003f003fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[6] = hfma2_bf16(((w[0] >> 5) & 0x007e007eu) | magic, 0x3f003f00u, 0xc280c280u);
-    a[7] = hfma2_bf16(((w[1] >> 5) & 0x007e007eu) | magic, 0x3f003f00u, 0xc280c280u);
-    a[8] = hfma2_bf16(((w[2] >> 5) & 0x007e007eu) | magic, 0x3f003f00u, 0xc280c280u);
-    a[9] = hfma2_bf16(((w[3] >> 5) & 0x007e007eu) | magic, 0x3f003f00u, 0xc280c280u);
-    a[10] = hfma2_bf16(((w[4] >> 5) & 0x007e007eu) | magic, 0x3f003f00u, 0xc280c280u);
-    a[11] = hfma2_bf16(((w[5] >> 5) & 0x007e007eu) | magic, 0x3f003f00u, 0xc280c280u);
-    a[12] = hfma2_bf16(((w[0] >> 9) & 0x00780078u) | ((w[1] >> 11) & 0x00060006u) | magic, 0x3f003f00u, 0xc280c280u);
-    a[13] = hfma2_bf16(((w[1] >> 11) & 0x00180018u) | ((w[2] >> 10) & 0x00200020u) | ((w[2] >> 12) & 0x00070007u) | magic, 0x3f803f80u, 0xc300c300u);
-    a[14] = hfma2_bf16(((w[3] >> 9) & 0x00780078u) | ((w[4] >> 11) & 0x00060006u) | magic, 0x3f003f00u, 0xc280c280u);
-    a[15] = hfma2_bf16(((w[4] >> 11) & 0x00180018u) | ((w[5] >> 10) & 0x00200020u) | ((w[5] >> 12) & 0x00070007u) | magic, 0x3f803f80u, 0xc300c300u);
+    a[0] = ((w[0] & 0x003f003fu) | magic);
+    a[1] = ((w[1] & 0x003f003fu) | magic);
+    a[2] = ((w[2] & 0x003f003fu) | magic);
+    a[3] = ((w[3] & 0x003f003fu) | magic);
+    a[4] = ((w[4] & 0x003f003fu) | magic);
+    a[5] = ((w[5] & 0x003f003fu) | magic);
+    a[6] = (((w[0] >> 6) & 0x003f003fu) | magic);
+    a[7] = (((w[1] >> 6) & 0x003f003fu) | magic);
+    a[8] = (((w[2] >> 6) & 0x003f003fu) | magic);
+    a[9] = (((w[3] >> 6) & 0x003f003fu) | magic);
+    a[10] = (((w[4] >> 6) & 0x003f003fu) | magic);
+    a[11] = (((w[5] >> 6) & 0x003f003fu) | magic);
+    a[12] = (((w[0] >> 10) & 0x003c003cu) | ((w[1] >> 12) & 0x00030003u) | magic);
+    a[13] = (((w[1] >> 12) & 0x000c000cu) | ((w[2] >> 8) & 0x00300030u) | ((w[2] >> 14) & 0x00030003u) | magic);
+    a[14] = (((w[3] >> 10) & 0x003c003cu) | ((w[4] >> 12) & 0x00030003u) | magic);
+    a[15] = (((w[4] >> 12) & 0x000c000cu) | ((w[5] >> 8) & 0x00300030u) | ((w[5] >> 14) & 0x00030003u) | magic);
   }
 };
 
-// u7 on bf16 tensor cores: 54 instructions per 32 weights (23 lop3, 15 shifts, 16 fma)
+// u7 on bf16 tensor cores: 38 instructions per 32 weights (23 lop3, 15 shifts, 0 fma)
 struct rec_bf16_u7 {
   static constexpr const char *NAME = "bf16_u7";
   static constexpr int BITS = 7;
@@ -1604,24 +1604,24 @@ struct rec_bf16_u7 {
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
-  static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr float BIAS = 128.0f;   // deq() gives value + BIAS (added to the zero point)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_bf16((w[0] & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[1] = hfma2_bf16((w[1] & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[2] = hfma2_bf16((w[2] & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[3] = hfma2_bf16((w[3] & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[4] = hfma2_bf16((w[4] & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[5] = hfma2_bf16((w[5] & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[6] = hfma2_bf16((w[6] & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[7] = hfma2_bf16(((w[0] >> 7) & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[8] = hfma2_bf16(((w[1] >> 7) & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[9] = hfma2_bf16(((w[2] >> 7) & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[10] = hfma2_bf16(((w[3] >> 7) & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[11] = hfma2_bf16(((w[4] >> 7) & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[12] = hfma2_bf16(((w[5] >> 7) & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[13] = hfma2_bf16(((w[6] >> 7) & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
-    a[14] = hfma2_bf16(((w[0] >> 9) & 0x00600060u) | ((w[1] >> 11) & 0x00180018u) | ((w[2] >> 13) & 0x00060006u) | ((w[3] >> 14) & 0x00010001u) | magic, 0x3f803f80u, 0xc300c300u);
-    a[15] = hfma2_bf16(((w[3] >> 14) & 0x00020002u) | ((w[4] >> 9) & 0x00600060u) | ((w[5] >> 11) & 0x00180018u) | ((w[6] >> 12) & 0x00040004u) | ((w[6] >> 15) & 0x00010001u) | magic, 0x3f803f80u, 0xc300c300u);
+    a[0] = ((w[0] & 0x007f007fu) | magic);
+    a[1] = ((w[1] & 0x007f007fu) | magic);
+    a[2] = ((w[2] & 0x007f007fu) | magic);
+    a[3] = ((w[3] & 0x007f007fu) | magic);
+    a[4] = ((w[4] & 0x007f007fu) | magic);
+    a[5] = ((w[5] & 0x007f007fu) | magic);
+    a[6] = ((w[6] & 0x007f007fu) | magic);
+    a[7] = (((w[0] >> 7) & 0x007f007fu) | magic);
+    a[8] = (((w[1] >> 7) & 0x007f007fu) | magic);
+    a[9] = (((w[2] >> 7) & 0x007f007fu) | magic);
+    a[10] = (((w[3] >> 7) & 0x007f007fu) | magic);
+    a[11] = (((w[4] >> 7) & 0x007f007fu) | magic);
+    a[12] = (((w[5] >> 7) & 0x007f007fu) | magic);
+    a[13] = (((w[6] >> 7) & 0x007f007fu) | magic);
+    a[14] = (((w[0] >> 9) & 0x00600060u) | ((w[1] >> 11) & 0x00180018u) | ((w[2] >> 13) & 0x00060006u) | ((w[3] >> 14) & 0x00010001u) | magic);
+    a[15] = (((w[3] >> 14) & 0x00020002u) | ((w[4] >> 9) & 0x00600060u) | ((w[5] >> 11) & 0x00180018u) | ((w[6] >> 12) & 0x00040004u) | ((w[6] >> 15) & 0x00010001u) | magic);
   }
 };
 
