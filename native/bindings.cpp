@@ -64,7 +64,7 @@ void check_lowbit(int err, const std::string &recipe, const char *what) {
 }
 }  // namespace
 
-int64_t lowbit_gemv(const std::string &recipe, int64_t mt, bool xsplit, bool prof, at::Tensor wq, at::Tensor sc,
+int64_t lowbit_gemv(const std::string &recipe, int64_t mt, bool xsplit, int64_t prof, at::Tensor wq, at::Tensor sc,
                     at::Tensor stab, at::Tensor x, at::Tensor y, at::Tensor y32, at::Tensor counters, int64_t M,
                     int64_t K, int64_t N, int64_t Npad, int64_t iters, int64_t nblocks, int64_t ngroups,
                     int64_t slots, at::Tensor prof_buf, int64_t capacity, int64_t sms, int64_t grid,
@@ -95,24 +95,26 @@ int64_t lowbit_gemv(const std::string &recipe, int64_t mt, bool xsplit, bool pro
   p.counters = counters.data_ptr<int32_t>();
   p.M = (int)M, p.MX = (int)MX, p.K = (int)K, p.N = (int)N, p.Npad = (int)Npad;
   p.iters = (int)iters, p.nblocks = (int)nblocks, p.ngroups = (int)ngroups, p.slots = (int)slots;
+  TORCH_CHECK(prof >= 0 && prof <= 2, "prof: 0 (plain), 1 (staged) or 2 (warp0)");
   TORCH_CHECK(!prof || prof_buf.numel() > 0, "an instrumented launch needs a profile buffer");
   p.prof = prof ? prof_ptr(prof_buf) : nullptr;
   p.prof_cap = (uint32_t)capacity;
   p.variant = (int)variant;
   int used = 0;
-  check_lowbit(native_lowbit_gemv(recipe.c_str(), (int)mt, out_bf16, xsplit, prof, &p, (int)sms, cur_stream(),
+  check_lowbit(native_lowbit_gemv(recipe.c_str(), (int)mt, out_bf16, xsplit, (int)prof, &p, (int)sms, cur_stream(),
                                   (int)grid, &used),
                recipe, "lowbit_gemv");
   return used;
 }
 
-int64_t lowbit_gemv_grid(const std::string &recipe, int64_t mt, bool xsplit, bool prof, bool out_bf16, int64_t MX,
+int64_t lowbit_gemv_grid(const std::string &recipe, int64_t mt, bool xsplit, int64_t prof, bool out_bf16, int64_t MX,
                          int64_t slots, int64_t iters, int64_t nblocks, int64_t sms, int64_t grid,
                          int64_t variant) {
   lowbit::GemvParams p{};
   p.MX = (int)MX, p.slots = (int)slots, p.iters = (int)iters, p.nblocks = (int)nblocks;
   p.variant = (int)variant;
-  const int g = native_lowbit_gemv_grid(recipe.c_str(), (int)mt, out_bf16, xsplit, prof, &p, (int)sms, (int)grid);
+  TORCH_CHECK(prof >= 0 && prof <= 2, "prof: 0 (plain), 1 (staged) or 2 (warp0)");
+  const int g = native_lowbit_gemv_grid(recipe.c_str(), (int)mt, out_bf16, xsplit, (int)prof, &p, (int)sms, (int)grid);
   TORCH_CHECK(g > 0, "lowbit_gemv_grid: no instantiation for recipe ", recipe, " with these options");
   return g;
 }

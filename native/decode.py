@@ -21,6 +21,7 @@ BLOCK_HEADER_WORDS = 16
 WARP_HEADER_WORDS = 4
 RECORD_WORDS = 2
 END_FLAG = 0x80000000
+NEXT_FLAG = 0x40000000          # a transition record: leave scope (bits 15..29), enter scope (bits 0..14)
 FLAG_GLOBALTIMER = 1
 M32 = 0xFFFFFFFF
 UNKNOWN_SCOPE = "<dropped>"
@@ -32,10 +33,19 @@ def block_words(num_warps: int, capacity: int) -> int:
 
 # --------------------------------------------------------------------------- encoder (mirror of the device)
 
+def tag_word(sid, kind) -> int:
+    """word0 of a record: kind False = enter scope sid, True = exit it, "next" = leave sid[0] and enter sid[1] at
+    one stamp (instrument.cuh next_tag: ids < 2^15)."""
+    if kind == "next":
+        a, b = sid
+        return NEXT_FLAG | (int(a) & 0x7FFF) << 15 | (int(b) & 0x7FFF)
+    return (int(sid) & 0x3FFFFFFF) | (END_FLAG if kind else 0)
+
+
 def encode(blocks: list[dict], capacity: int, num_warps: int) -> np.ndarray:
     """Synthetic buffer. Each block dict: block_id, sm_id, clock_start, clock_end, gtime_start, gtime_end,
     optional flags, and warps: list (len num_warps) of event lists [(scope_id, is_end, stamp64), ...] in
-    program order. Records go to slot i % capacity exactly as Profiler::record does; a block dict with
+    program order (a transition record: ((from_id, to_id), "next", stamp64), see tag_word). Records go to slot i % capacity exactly as Profiler::record does; a block dict with
     "missing": True is left as zeros (a block that never ran)."""
     bw = block_words(num_warps, capacity)
     buf = np.zeros(len(blocks) * bw, dtype=np.uint32)
@@ -59,7 +69,7 @@ def encode(blocks: list[dict], capacity: int, num_warps: int) -> np.ndarray:
             for i, (sid, is_end, stamp) in enumerate(events):
                 slot = i % capacity
                 r = wb + WARP_HEADER_WORDS + slot * RECORD_WORDS
-                buf[r] = (int(sid) & 0x7FFFFFFF) | (END_FLAG if is_end else 0)
+                buf[r] = tag_word(sid, is_end)
                 buf[r + 1] = int(stamp) & M32
     return buf
 
@@ -73,7 +83,7 @@ class Profile:
     timer: str                      # "clock" (cycles) or "globaltimer" (ns)
     headers: np.ndarray             # [blocks, 16] uint64 view of the valid block headers (see columns())
     dropped: int                    # records overwritten in the circular buffers
-    unmatched: int                  # retained enter/exit records without a partner
+    unmatched: int                  # retained enter / exit events without a partner (a transition is two)
     missing_blocks: int             # blocks whose header was never written
     records: int                    # retained records
     # one row per matched span:
@@ -273,6 +283,19 @@ def decode(raw, scope_names, kernel: str = "kernel", num_warps: int | None = Non
     pos = np.broadcast_to(j, ok.shape)[ok]
     tag = ordered[:, :, 0][ok].astype(np.int64)
     stamp = ordered[:, :, 1][ok].astype(np.int64)
+    n_raw = len(tag)
+    # a transition record (next()) is the exit of one scope and the enter of the next at one stamp: expand it into
+    # those two records, so that everything below sees what exit(); enter() would have left
+    nxt = ((tag & NEXT_FLAG) != 0) & ((tag & END_FLAG) == 0)
+    if nxt.any():
+        rep = 1 + nxt.astype(np.int64)
+        idx = np.repeat(np.arange(n_raw), rep)
+        sub = np.arange(len(idx)) - np.repeat(np.cumsum(rep) - rep, rep)    # 0, or 1 for a transition's enter
+        t = tag[idx]
+        tag = np.where(nxt[idx], np.where(sub == 0, ((t >> 15) & 0x7FFF) | END_FLAG, t & 0x7FFF), t)
+        wid, stamp, pos = wid[idx], stamp[idx], 2 * pos[idx] + sub
+    else:
+        pos = 2 * pos
     n = len(tag)
     is_end = (tag & END_FLAG) != 0
     sid = tag & 0x7FFFFFFF
@@ -304,7 +327,7 @@ def decode(raw, scope_names, kernel: str = "kernel", num_warps: int | None = Non
     # ancestors: the scope open at level l around record i is closed by the next exit at level l in the
     # same warp; if it never closes (buffer end), it is the last enter at level l before i.
     maxl = int(level[ent].max()) if len(ent) else 0
-    key = wid.astype(np.int64) * (capacity + 1) + pos
+    key = wid.astype(np.int64) * (2 * capacity + 2) + pos
     anc = np.full((len(ent), maxl + 1), -1, dtype=np.int64)
     e_level, e_key, e_wid = level[ent], key[ent], wid[ent]
     for lv in range(maxl):
@@ -361,7 +384,7 @@ def decode(raw, scope_names, kernel: str = "kernel", num_warps: int | None = Non
     span_start = (stamp[ent] - start_lo[blk_row[ent]]) & M32
     span_dur = (stamp[ext] - stamp[ent]) & M32
     return Profile(kernel=kernel, scope_names=names, timer=timer, headers=headers, dropped=dropped,
-                   unmatched=int(unmatched), missing_blocks=missing, records=int(n), span_warp=wid[ent],
+                   unmatched=int(unmatched), missing_blocks=missing, records=int(n_raw), span_warp=wid[ent],
                    span_start=span_start, span_dur=span_dur, span_path=inv, paths=paths, num_warps=num_warps)
 
 

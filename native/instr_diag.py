@@ -13,8 +13,8 @@ header's clock reads and end()'s arithmetic only).  So staged - nostore is what 
 costs, staged - nogtime the timer reads, staged - norecord the in-kernel records, and bare what is left.
 `staged_v1` (native_kernels.AB_MODES) is the previous staged design, for the A/B against `staged`.
 `lowbit_lean` / `lowbit_bulk`: the u4 decode (M=1, K=8192, N=57344) in that decode variant, plain against its
-instrumented build (staged only).  Before timing, the plain output and every mode's output are checked against
-the float64 reference.
+instrumented builds (staged and warp0: native.lowbit.PROF_MODES).  Before timing, the plain output and every
+mode's output are checked against the float64 reference.
 """
 from __future__ import annotations
 
@@ -51,6 +51,7 @@ def main(argv=None) -> int:
     from harness.timing import Timer
     from native import native_kernels as nk
     from native.check import rel_err
+    from native.lowbit import PROF_MODES as LOWBIT_PROF_MODES
     kernels = [k for k in a.kernels.split(",") if k]
     bad = [k for k in kernels if k not in KERNELS]
     if bad:
@@ -68,10 +69,12 @@ def main(argv=None) -> int:
     for name in kernels:
         kname, kmodes, extra = name, modes, {}
         if name in LOWBIT_VARIANTS:
-            kname, kmodes, extra = "lowbit", ["staged"], {"variant": LOWBIT_VARIANTS[name]}
+            kname, kmodes, extra = "lowbit", list(LOWBIT_PROF_MODES), {"variant": LOWBIT_VARIANTS[name]}
         inputs = nk.make_inputs(kname, "llm", "cuda", seed=0, **extra)
         ref = nk.reference(kname, inputs).double()
-        words, blocks, warps = nk.buffer_words(kname, inputs, a.buffer_records)
+        sizes = {m: nk.buffer_words(kname, inputs, a.buffer_records, m if kname == "lowbit" else "staged")
+                 for m in kmodes}
+        words, blocks, warps = max(sizes.values())
         buf = torch.zeros(words, dtype=torch.int32, device="cuda")
         runs = {"plain": lambda: nk.run(kname, inputs)}
         for m in kmodes:

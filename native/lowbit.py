@@ -127,6 +127,7 @@ def _mt(pw: PackedWeight, M: int) -> int:
 
 DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3}   # native/include/lowbit_kernel.cuh (GemvParams::variant)
 PROF_VARIANTS = {0, 1, 3}                                # those with an instrumented build (native/include/lowbit_launch.cuh)
+PROF_MODES = {"staged": 1, "warp0": 2}                   # its instrumentation modes (INSTR_MODE_* of instrument.cuh)
 VARIANT_NAMES = {v: k for k, v in DECODE_VARIANTS.items()}
 TUNED_RECIPES = LL.TUNED                                  # f16 recipes built with variants lean / lean3 too
 BULK_RECIPES = LL.BULK                                    # f16 recipes built with variant bulk (TUNED + other 5-8 bit)
@@ -185,7 +186,8 @@ class LowbitMatmul:
         """The decode variant (GemvParams::variant) this weight runs at M rows (prof: its instrumented build)."""
         return variant_for(self.pw, self.variant, _mt(self.pw, M), prof)
 
-    def _gemv(self, x: torch.Tensor, prof: Optional[torch.Tensor] = None, cap: int = 0, grid: int = 0):
+    def _gemv(self, x: torch.Tensor, prof: Optional[torch.Tensor] = None, cap: int = 0, grid: int = 0,
+              pmode: int = 0):
         pw, L = self.pw, self.pw.L
         M = x.shape[0]
         y = torch.empty(M, L.N, dtype=pw.act, device=self.dev)
@@ -195,7 +197,8 @@ class LowbitMatmul:
             self.mod.lowbit_xsplit(x, xin)
         y32, cnt = _workspace(self.dev, M * L.Npad, L.nblocks)
         try:
-            used = self.mod.lowbit_gemv(pw.rec.name, _mt(pw, M), pw.xsplit, prof is not None, pw.words, pw.scales,
+            used = self.mod.lowbit_gemv(pw.rec.name, _mt(pw, M), pw.xsplit, pmode if prof is not None else 0,
+                                        pw.words, pw.scales,
                                         pw.stab, xin, y, y32, cnt, M, L.K, L.N, L.Npad, L.iters, L.nblocks,
                                         L.ngroups, pw.slots, self._empty if prof is None else prof, cap, self.sms,
                                         grid or self.grid or 0, self.variant_num(M, prof is not None))
@@ -205,36 +208,43 @@ class LowbitMatmul:
         self._grids[M] = used
         return y
 
-    def grid_for(self, M: int, prof: bool = False) -> int:
-        """Blocks the decode launch uses for M rows (occupancy x SMs, at most the work items)."""
+    def grid_for(self, M: int, prof: int = 0) -> int:
+        """Blocks the decode launch uses for M rows (occupancy x SMs, at most the work items); prof: 0 the plain
+        kernel, else the instrumented one in that instrumentation mode (PROF_MODES)."""
         pw, L = self.pw, self.pw.L
         MX = 2 * M if pw.xsplit else M
-        return self.mod.lowbit_gemv_grid(pw.rec.name, _mt(pw, M), pw.xsplit, prof, pw.act == torch.bfloat16, MX,
+        return self.mod.lowbit_gemv_grid(pw.rec.name, _mt(pw, M), pw.xsplit, int(prof), pw.act == torch.bfloat16, MX,
                                          pw.slots, L.iters, L.nblocks, self.sms, self.grid or 0,
-                                         self.variant_num(M, prof))
+                                         self.variant_num(M, bool(prof)))
 
     def profiled(self, x: torch.Tensor, buffer_records: int, buffer: Optional[torch.Tensor] = None,
-                 clear: bool = True):
-        """Decode with the instrumented kernel (native/include/instrument.cuh; f16 u4 only):
-        (y, profile buffer as an int32 cuda tensor of buffer_words(...) words)."""
+                 clear: bool = True, mode: str = "staged"):
+        """Decode with the instrumented kernel (native/include/instrument.cuh; f16 u4 only) in instrumentation
+        mode `mode` (PROF_MODES: staged, or warp0 -- only warp 0 of a block records, so the buffer must start
+        zeroed: clear=False only for timing loops): (y, profile buffer as an int32 cuda tensor of
+        buffer_words(...) words)."""
+        if mode not in PROF_MODES:
+            raise Unsupported(f"the instrumented low-bit kernel is built for modes {list(PROF_MODES)}, not {mode!r}")
         x = self._x(x)
         if not self.decode_ok(x.shape[0]):
             raise Unsupported("the instrumented low-bit kernel is the decode kernel (M <= 16)")
         if buffer_records < 1:
             raise ValueError("buffer_records must be >= 1")
-        words = self.buffer_words(x.shape[0], buffer_records)
+        words = self.buffer_words(x.shape[0], buffer_records, mode)
         if buffer is None:
             buffer = torch.zeros(words, dtype=torch.int32, device=self.dev)
         elif buffer.numel() < words or buffer.dtype != torch.int32 or buffer.device != self.dev:
             raise ValueError(f"profile buffer: {words} int32 words on {self.dev} needed")
         elif clear:
             buffer[:words].zero_()
-        y = self._gemv(x, buffer, buffer_records, grid=self.grid_for(x.shape[0], prof=True))
+        pm = PROF_MODES[mode]
+        y = self._gemv(x, buffer, buffer_records, grid=self.grid_for(x.shape[0], prof=pm), pmode=pm)
         return y, buffer[:words]
 
-    def buffer_words(self, M: int, buffer_records: int) -> int:
+    def buffer_words(self, M: int, buffer_records: int, mode: str = "staged") -> int:
+        """Words of the profile buffer of an instrumented launch in `mode` (its grid: that build's occupancy)."""
         from native.decode import block_words
-        return self.grid_for(M, prof=True) * block_words(WARPS_PER_BLOCK, buffer_records)
+        return self.grid_for(M, prof=PROF_MODES[mode]) * block_words(WARPS_PER_BLOCK, buffer_records)
 
     # -- prefill -----------------------------------------------------------------------------
     def _prefill(self, x: torch.Tensor) -> torch.Tensor:

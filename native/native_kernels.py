@@ -11,7 +11,8 @@ instrumented). Kernels: matmul (fp16 x fp16 -> fp32, M,N % 128 == 0, K % 32 == 0
 layer_norm (fp16, cols <= 8192), calibrate (inputs {"spin_cycles", "blocks", "threads"}).
 Instrumentation modes (native/include/instrument.cuh; the buffer layout is the same in all):
 "staged" (default: records batched 16 at a time in registers, one store per lane per batch), "warp0" (only
-warp 0 of each block records), "direct" (every record stored to global memory by lane 0, the original design);
+warp 0 of each block records; the other warps skip the header's work and write nothing), "direct" (every
+record stored to global memory by lane 0, the original design);
 "staged_v1" the previous staged design (shared-memory batches), for A/B timing.
 """
 from __future__ import annotations
@@ -90,8 +91,9 @@ def lowbit_fn(inputs: dict):
     return inputs["fn"]
 
 
-def buffer_words(name: str, inputs: dict, buffer_records: int) -> tuple[int, int, int]:
-    """(total uint32 words, blocks, warps per block) of the profile buffer for this launch."""
+def buffer_words(name: str, inputs: dict, buffer_records: int, mode: str = "staged") -> tuple[int, int, int]:
+    """(total uint32 words, blocks, warps per block) of the profile buffer for this launch (mode: the low-bit
+    kernel's grid depends on its instrumented build's occupancy)."""
     from native.decode import block_words
     if name == "matmul":
         m, n = inputs["a"].shape[0], inputs["b"].shape[1]
@@ -103,7 +105,7 @@ def buffer_words(name: str, inputs: dict, buffer_records: int) -> tuple[int, int
     elif name == "lowbit":
         from native.decode import block_words as bw
         fn = lowbit_fn(inputs)
-        words = fn.buffer_words(inputs["x"].shape[0], buffer_records)
+        words = fn.buffer_words(inputs["x"].shape[0], buffer_records, mode)
         return words, words // bw(8, buffer_records), 8
     else:
         raise Unsupported(f"unknown native kernel {name!r}")
@@ -122,7 +124,8 @@ def run(name: str, inputs: dict, instrument: bool = False, buffer_records: int =
     """Launch native kernel `name`. With instrument=True the instrumented instantiation writes
     `buffer_records` records per warp (circular) into a profile buffer (allocated here unless
     `buffer`, an int32 cuda tensor of at least buffer_words(...)[0] words, is given; clear=False skips
-    zeroing a given buffer -- fine for timing loops, since every launch rewrites all headers and counts).
+    zeroing a given buffer -- for timing loops: staged and direct launches rewrite every header and count, but
+    warp0's idle warps write nothing, so a buffer to decode must start zeroed).
     Returns (output, raw): raw is a numpy uint32 copy (host=True) or the device tensor (host=False)."""
     import torch
     from native.build import build
@@ -181,14 +184,15 @@ def run(name: str, inputs: dict, instrument: bool = False, buffer_records: int =
 
 
 def _run_lowbit(inputs: dict, instrument: bool, buffer_records: int, *, host: bool, buffer, clear: bool, mode: str):
-    """The low-bit decode kernel (native/lowbit.py): its instrumented build is staged mode only."""
+    """The low-bit decode kernel (native/lowbit.py): its instrumented build is staged and warp0 (lowbit.PROF_MODES)."""
     import torch
-    if instrument and mode != "staged":
-        raise Unsupported(f"the instrumented low-bit kernel is built in staged mode only, not {mode!r}")
+    from native.lowbit import PROF_MODES
+    if instrument and mode not in PROF_MODES:
+        raise Unsupported(f"the instrumented low-bit kernel is built for modes {list(PROF_MODES)}, not {mode!r}")
     fn = lowbit_fn(inputs)
     if not instrument:
         return fn(inputs["x"]), None
-    out, prof = fn.profiled(inputs["x"], buffer_records, buffer=buffer, clear=clear)
+    out, prof = fn.profiled(inputs["x"], buffer_records, buffer=buffer, clear=clear, mode=mode)
     if host:
         torch.cuda.synchronize()
         return out, prof.cpu().numpy().view(np.uint32)

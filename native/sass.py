@@ -56,7 +56,8 @@ def loop_stats(recipes, tmp: Path | None = None) -> list:
         sass = subprocess.run([_cuobjdump(), "-sass", str(cub)], capture_output=True, text=True, check=True).stdout
     for f in re.split(r"\n\s*Function : ", sass)[1:]:
         name = f.split("\n")[0]
-        m = re.search(r"lowbit_gemv_kernelINS_\d+rec_(\w+?)ELi(\d)ELb([01])ELb([01])ELb([01])E(?:Li(\d)E)?", name)
+        m = re.search(r"lowbit_gemv_kernelINS_\d+rec_(\w+?)ELi(\d)ELb([01])ELb([01])ELb([01])E(?:Li(\d)E)?(?:Li(\d)E)?",
+                      name)
         if not m:
             continue
         rec = recs[m.group(1)]
@@ -64,11 +65,12 @@ def loop_stats(recipes, tmp: Path | None = None) -> list:
         wpl = weights_per_lane(rec.kstep)
         out.append({"recipe": rec.name, "mt": int(m.group(2)), "out_bf16": m.group(3) == "1",
                     "xsplit": m.group(4) == "1", "prof": m.group(5) == "1", "variant": int(m.group(6) or 0),
+                    "prof_mode": int(m.group(7) or 1),
                     "instructions": len(body),
                     "weights_per_lane": wpl, "per_weight": len(body) / wpl,
                     "dequant_per_weight": rec.cost()["per_weight"],
                     "ops": dict(collections.Counter(body).most_common())})
-    return sorted(out, key=lambda s: (s["recipe"], s["mt"], s["xsplit"], s["prof"], s["variant"]))
+    return sorted(out, key=lambda s: (s["recipe"], s["mt"], s["xsplit"], s["prof"], s["variant"], s["prof_mode"]))
 
 
 def main(argv=None):
@@ -80,7 +82,8 @@ def main(argv=None):
         if a.json:
             print(json.dumps(s))
             continue
-        tag = (f"{s['recipe']} mt{s['mt']}{' xsplit' if s['xsplit'] else ''}{' prof' if s['prof'] else ''}"
+        prof = (" prof" + (" warp0" if s["prof_mode"] == 2 else "")) if s["prof"] else ""
+        tag = (f"{s['recipe']} mt{s['mt']}{' xsplit' if s['xsplit'] else ''}{prof}"
                f"{' v' + str(s['variant']) if s['variant'] else ''}")
         print(f"{tag}: {s['instructions']} instructions per stage / {s['weights_per_lane']} weights per lane = "
               f"{s['per_weight']:.2f} per weight (dequantization {s['dequant_per_weight']:.2f})")

@@ -64,6 +64,7 @@ def test_build_unavailable_without_gpu():
 @pytest.mark.parametrize("macro,value", [("INSTR_MAGIC", D.MAGIC), ("INSTR_BLOCK_HEADER_WORDS", D.BLOCK_HEADER_WORDS),
                                          ("INSTR_WARP_HEADER_WORDS", D.WARP_HEADER_WORDS),
                                          ("INSTR_RECORD_WORDS", D.RECORD_WORDS), ("INSTR_END_FLAG", D.END_FLAG),
+                                         ("INSTR_NEXT_FLAG", D.NEXT_FLAG),
                                          ("INSTR_FLAG_GLOBALTIMER", D.FLAG_GLOBALTIMER)])
 def test_header_and_decoder_agree(macro, value):
     m = re.search(rf"#define {macro} (0x[0-9A-Fa-f]+|\d+)u?", HEADER)
@@ -127,7 +128,7 @@ def staged_buffer(events, capacity, batch):
                 s = ((first + lane) % capacity) * D.RECORD_WORDS
                 slots[s], slots[s + 1] = tag, stamp
     for sid, is_end, stamp in events:
-        ring[count & (batch - 1)] = ((sid & 0x7FFFFFFF) | (D.END_FLAG if is_end else 0), stamp & D.M32)
+        ring[count & (batch - 1)] = (D.tag_word(sid, is_end), stamp & D.M32)
         count += 1
         if count & (batch - 1) == 0:
             flush(batch)
@@ -160,7 +161,7 @@ def staged_end_single_store(events, capacity, batch, warp, begin_stamp, end_stam
         return None
     words = np.zeros(D.WARP_HEADER_WORDS + capacity * D.RECORD_WORDS, dtype=np.uint32)
     lanes = [(warp, count), (begin_stamp & D.M32, end_stamp & D.M32)]
-    lanes += [((sid & 0x7FFFFFFF) | (D.END_FLAG if is_end else 0), stamp & D.M32) for sid, is_end, stamp in events]
+    lanes += [(D.tag_word(sid, is_end), stamp & D.M32) for sid, is_end, stamp in events]
     assert len(lanes) <= 32
     for lane, (a, b) in enumerate(lanes):
         words[2 * lane], words[2 * lane + 1] = a, b
@@ -180,7 +181,7 @@ def test_staged_single_store_end_writes_what_direct_mode_writes(capacity, iters)
         got = staged_end_single_store(events, capacity, 16, w, int(direct[wb + 2]), int(direct[wb + 3]))
         assert got is not None and len(events) < 16
         assert np.array_equal(direct[wb:wb + stride], got)
-    # a non-recording warp (WARP0 mode): header only, 0 records
+    # a warp without records: its header only
     empty = staged_end_single_store([], capacity, 16, 5, 7, 9)
     assert list(empty[:4]) == [5, 0, 7, 9] and not empty[4:].any()
 
@@ -213,7 +214,7 @@ def register_batch_warp(events, capacity, batch, warp, clock0, end_stamp):
         for o, (x, y) in pairs.values():
             words[o], words[o + 1] = x, y
     for sid, is_end, stamp in events:
-        held[2 + (count & (batch - 1))] = ((sid & 0x7FFFFFFF) | (D.END_FLAG if is_end else 0), stamp & D.M32)
+        held[2 + (count & (batch - 1))] = (D.tag_word(sid, is_end), stamp & D.M32)
         count += 1
         if count & (batch - 1) == 0:
             store({lane: (o, held[lane]) for lane in range(32) for keep, o in [offset(lane, batch)] if keep})
@@ -239,7 +240,7 @@ def test_register_batches_write_what_direct_mode_writes(capacity, batch, iters):
         wb = D.BLOCK_HEADER_WORDS + w * stride
         got = register_batch_warp(events, capacity, batch, w, int(direct[wb + 2]), int(direct[wb + 3]))
         assert np.array_equal(direct[wb:wb + stride], got)
-    empty = register_batch_warp([], capacity, batch, 5, 7, 9)  # WARP0's idle warps: header only
+    empty = register_batch_warp([], capacity, batch, 5, 7, 9)  # a warp without records: header only
     assert list(empty[:4]) == [5, 0, 7, 9] and not empty[4:].any()
 
 
@@ -338,6 +339,67 @@ def test_chrome_trace():
         == nw * (2 * it + 2)
 
 
+def warp_events_next(t0, iters):
+    """The same scopes as warp_events with transition records (next()) where one scope ends as the next begins:
+    loop{ load, mma } x iters, store, as the native matmul kernel records them (2 records per iteration)."""
+    ev, t = [(0, False, t0), (1, False, t0 + 5)], t0 + 5
+    for i in range(iters):
+        ev.append(((1, 2), "next", t + LD))
+        t_end = t + LD + MM
+        ev.append(((2, 1), "next", t_end) if i + 1 < iters else (2, True, t_end))
+        t = t_end
+    ev += [((0, 3), "next", t + 1), (3, True, t + 1 + ST)]
+    return ev
+
+
+def expand_next(events):
+    """What exit(a); enter(b) records at one stamp, for every transition record of events."""
+    out = []
+    for sid, kind, stamp in events:
+        out += [(sid[0], True, stamp), (sid[1], False, stamp)] if kind == "next" else [(sid, kind, stamp)]
+    return out
+
+
+def _blocks(nb, nw, it, make):
+    blocks = make_blocks(nb, nw, it)
+    for blk in blocks:
+        blk["warps"] = [make(ev) for ev in (warp_events_next(blk["clock_start"] + 20 + 3 * w, it) for w in range(nw))]
+    return blocks
+
+
+@pytest.mark.parametrize("it", [1, 5])
+def test_transition_records_decode_as_exit_then_enter(it):
+    """A next(a, b) record (one clock read, one slot) decodes exactly as exit(a); enter(b) at its stamp: the same
+    paths, spans, cycles and counts; half the records of a loop."""
+    nb, nw = 3, 4
+    raw_next = D.encode(_blocks(nb, nw, it, lambda ev: ev), capacity=64, num_warps=nw)
+    raw_pair = D.encode(_blocks(nb, nw, it, expand_next), capacity=64, num_warps=nw)
+    p, q = D.decode(raw_next, NAMES, "k"), D.decode(raw_pair, NAMES, "k")
+    assert (p.dropped, p.unmatched, p.missing_blocks) == (0, 0, 0) == (q.dropped, q.unmatched, q.missing_blocks)
+    assert p.scope_totals() == q.scope_totals()
+    assert p.paths == q.paths and np.array_equal(p.span_dur, q.span_dur) and np.array_equal(p.span_start, q.span_start)
+    assert p.records == nb * nw * (2 * it + 4) and q.records == nb * nw * (4 * it + 4)
+    t = p.scope_totals()
+    assert t["loop/load"]["cycles"] == nb * nw * LD * it and t["loop/mma"]["cycles"] == nb * nw * MM * it
+    assert t["store"]["cycles"] == nb * nw * ST
+    # the word a transition leaves (instrument.cuh next_tag)
+    assert D.tag_word((2, 1), "next") == D.NEXT_FLAG | 2 << 15 | 1
+    assert "INSTR_NEXT_FLAG | (from & 0x7FFFu) << 15 | (to & 0x7FFFu)" in HEADER
+
+
+def test_transition_records_overwritten_in_the_ring():
+    """With a small ring the oldest transition records go as whole records (both their halves); what survives
+    decodes, and the dropped count is in records."""
+    nb, nw, it, cap = 2, 2, 10, 8
+    raw = D.encode(_blocks(nb, nw, it, lambda ev: ev), capacity=cap, num_warps=nw)
+    p = D.decode(raw, NAMES, "k")
+    assert p.dropped == nb * nw * (2 * it + 4 - cap) == D.dropped_records(raw)
+    assert p.records == nb * nw * cap
+    t = p.scope_totals()
+    assert t["store"]["cycles"] == nb * nw * ST and t["loop/mma"]["cycles"] % MM == 0
+    assert "loop" not in t and p.unmatched >= nb * nw
+
+
 def test_overflow_circular_drop_counting():
     nb, nw, it, cap = 2, 2, 10, 16
     per_warp = 1 + 4 * it + 3  # 44 records
@@ -366,6 +428,25 @@ def test_missing_block_and_globaltimer_mode():
     assert p.missing_blocks == 1 and p.timer == "globaltimer"
     assert p.scope_totals()["store"]["time (ns)"] == 2 * 2 * ST
     assert p.ns_per_unit() == 1.0
+
+
+def test_warp0_mode_idle_warps_leave_zero_headers():
+    """WARP0 mode: warps 1.. of a block write nothing (instrument.cuh: they branch around end()), so their regions
+    stay as the launcher zeroed them; the decoder reads a zero warp header as a warp with no records, and the
+    block's profile is warp 0's (the same spans as warp 0 of a staged buffer)."""
+    nb, nw, it = 3, 4, 5
+    full = D.encode(make_blocks(nb, nw, it), capacity=64, num_warps=nw)
+    w0 = full.copy().reshape(nb, -1)
+    stride = D.WARP_HEADER_WORDS + 64 * D.RECORD_WORDS
+    w0[:, D.BLOCK_HEADER_WORDS + stride:] = 0           # warps 1..3 never wrote
+    p, q = D.decode(w0.reshape(-1), NAMES, "k"), D.decode(full, NAMES, "k")
+    assert (p.dropped, p.unmatched, p.missing_blocks) == (0, 0, 0)
+    assert p.records == nb * (4 * it + 4) and set(p.span_warp % nw) == {0}
+    tp, tq = p.scope_totals(), q.scope_totals()
+    assert tp.keys() == tq.keys()
+    for k in tp:   # warp 0's share of the staged profile: every warp of make_blocks runs the same scopes
+        assert tp[k]["count"] * nw == tq[k]["count"] and tp[k]["warps"] == nb
+        assert tp[k]["normalized_cycles"] == tq[k]["normalized_cycles"]
 
 
 def test_calibration_like_decode():

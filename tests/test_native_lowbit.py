@@ -255,8 +255,13 @@ def test_instrumented_decode_runs_the_plain_calls_variant():
     src = (build.INCLUDE / "lowbit_launch.cuh").read_text()
     for v in (0, 1, 2, 3):
         for mt in (1, 2):
-            tail = "" if v == 0 else f", {v}"
-            assert (f"launch_gemv<R, {mt}, false, false, true{tail}>" in src) == (v in lowbit.PROF_VARIANTS), (v, mt)
+            assert (f"launch_prof<R, {mt}, {v}>(prof," in src) == (v in lowbit.PROF_VARIANTS), (v, mt)
+    # launch_prof builds each of them in every mode of PROF_MODES (instrument.cuh's ids), and nothing else
+    body = src[src.index("int launch_prof("):src.index("// prof: 0 = the plain kernel")]
+    assert body.count("launch_gemv<R, MT, false, false, true, V") == len(lowbit.PROF_MODES) == 2
+    assert "prof == INSTR_MODE_STAGED" in body and "prof == INSTR_MODE_WARP0" in body
+    from native.native_kernels import MODES
+    assert all(MODES[m] == v for m, v in lowbit.PROF_MODES.items())
     pw = lowbit.pack(random_quantized(256, 256, "u4", -1, ACTS["f16"]))
     assert pw.rec.name == "f16_u4"
     for M in (1, 16):

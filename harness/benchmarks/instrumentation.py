@@ -102,6 +102,7 @@ class KernelInstrumentation:
         for k in native:
             if k not in valid_native:
                 raise ConfigError(f"unknown native kernel {k!r}; valid: {', '.join(valid_native)}")
+        from native.lowbit import PROF_MODES as LOWBIT_PROF_MODES
         from native.native_kernels import MODES as NATIVE_MODES
         native_modes = [str(m) for m in (prm.get("native_modes") or ["staged"])]
         for m in native_modes:
@@ -123,7 +124,7 @@ class KernelInstrumentation:
         for k in native:
             pts.append(pt(k, "native", "none"))
             pts += [pt(k, "native", "native", (("buffer_records", r), ("mode", m)))
-                    for r in records for m in native_modes if k != "lowbit" or m == "staged"]
+                    for r in records for m in native_modes if k != "lowbit" or m in LOWBIT_PROF_MODES]
         if native:
             pts += [pt("calibrate", "native", "native",
                        (("mode", m), ("spin_cycles", int(prm.get("spin_cycles", 1_000_000))))) for m in native_modes]
@@ -256,8 +257,8 @@ class KernelInstrumentation:
         records = prm["buffer_records"]
         out, raw = nk.run(name, inputs, instrument=True, buffer_records=records, mode=mode)
         err = check(out)
-        words, _, _ = nk.buffer_words(name, inputs, records)
-        buf = torch.empty(words, dtype=torch.int32, device="cuda")
+        words, _, _ = nk.buffer_words(name, inputs, records, mode)
+        buf = torch.zeros(words, dtype=torch.int32, device="cuda")
         t = self._time(ctx, lambda: nk.run(name, inputs, instrument=True, buffer_records=records, host=False,
                                            buffer=buf, clear=False, mode=mode), _native_match(name), plain=False)
         prof = dec.decode(raw, nk.SCOPES[name], kernel=nk.KERNEL_NAMES[name])

@@ -17,7 +17,9 @@
 //     [2] low 32 bits of the stamp at begin()   [3] low 32 bits of the stamp at end()
 //   (the block's end time in [8..9] / [12..13] is warp 0's end: end() has no block barrier)
 //     records, INSTR_RECORD_WORDS = 2 words each:
-//       word0 = scope id (bits 0..30) | end flag (bit 31: 1 = exit, 0 = enter)
+//       word0 = scope id (bits 0..29) | end flag (bit 31: 1 = exit, 0 = enter), or a transition (bit 30 set, bit 31
+//               clear): bits 0..14 the scope entered, bits 15..29 the scope left at the same stamp (next(): one
+//               record where exit(a); enter(b) took two; the decoder expands it into those two)
 //       word1 = low 32 bits of the stamp (clock64 or %globaltimer)
 //     Record i of a warp goes to slot i % capacity (circular buffer): when total > capacity the
 //     oldest total - capacity records were overwritten; the decoder reports them as dropped.
@@ -29,9 +31,10 @@
 //     store per lane (consecutive slots).  A record costs a clock read and a predicated register move.
 //     A warp with fewer than BATCH records in all (short kernels) writes its header and records at end()
 //     with one coalesced store (lanes 0-1 header, lanes 2.. records).
-//   INSTR_MODE_WARP0: the same, but only warp 0 of each block records (the others write their
-//     warp header with 0 records): for short memory-bound kernels where 8 warps x 2 records per
-//     scope is measurable.
+//   INSTR_MODE_WARP0: the same, but only warp 0 of each block records; the other warps branch around every
+//     record and end() and write nothing (their warp headers stay zero -- the launcher zeroes the buffer --
+//     which the decoder reads as 0 records): for short kernels, where the header's instructions are the cost.
+//   Transition records (next(a, b): exit a and enter b at one stamp, one slot) halve a loop's records.
 //   INSTR_MODE_DIRECT: lane 0 stores every record straight to global memory (the original design;
 //     v1::Profiler, instrument_v1.cuh).
 //   | INSTR_OPT_V1: the previous STAGED / WARP0 design (v1::Profiler), for an A/B timing run.
@@ -47,6 +50,7 @@
 #define INSTR_WARP_HEADER_WORDS 4
 #define INSTR_RECORD_WORDS 2
 #define INSTR_END_FLAG 0x80000000u
+#define INSTR_NEXT_FLAG 0x40000000u
 #define INSTR_FLAG_GLOBALTIMER 1u
 #define INSTR_MODE_DIRECT 0
 #define INSTR_MODE_STAGED 1
@@ -63,6 +67,15 @@
 #define INSTR_MODE_BASE(m) ((m) & 0xF)
 
 namespace instr {
+
+// Record tags (word0): enter / exit of a scope (ids < 2^30), and a transition: leave `from`, enter `to` at one stamp
+// (ids < 2^15).  A kernel whose next record is one of two, decided at run time, selects the tag (one select, no
+// branch: `prof.record(last ? exit_tag(A) : next_tag(A, B))`).
+__host__ __device__ constexpr uint32_t enter_tag(uint32_t id) { return id & ~(INSTR_END_FLAG | INSTR_NEXT_FLAG); }
+__host__ __device__ constexpr uint32_t exit_tag(uint32_t id) { return (id & ~INSTR_NEXT_FLAG) | INSTR_END_FLAG; }
+__host__ __device__ constexpr uint32_t next_tag(uint32_t from, uint32_t to) {
+  return INSTR_NEXT_FLAG | (from & 0x7FFFu) << 15 | (to & 0x7FFFu);
+}
 
 __host__ __device__ inline uint64_t block_words(uint32_t num_warps, uint32_t capacity) {
   return INSTR_BLOCK_HEADER_WORDS +
@@ -163,10 +176,11 @@ struct Profiler {
   __device__ __forceinline__ static uint32_t warp_() { return tid_() / 32; }
   __device__ __forceinline__ static uint32_t nwarps_() { return Ids<FLAT>::nwarps(); }
   __device__ __forceinline__ static uint64_t bid_() { return Ids<FLAT>::bid(); }
-  // this warp records (all warps, or warp 0 in WARP0 mode): a predicate on the stores, not a branch
-  __device__ __forceinline__ static bool recording_() {
-    return INSTR_MODE_BASE(MODE) != INSTR_MODE_WARP0 || warp_() == 0;
-  }
+  // WARP0 mode: only warp 0 records; the other warps branch around every record and around end() (they write
+  // nothing: their warp headers stay as the launcher zeroed them, 0 records), so they issue ~2 instructions per
+  // record site instead of the record -- on the short kernels, which are issue-bound, the instructions are the cost.
+  static constexpr bool WARP0 = INSTR_MODE_BASE(MODE) == INSTR_MODE_WARP0;
+  __device__ __forceinline__ static bool recording_() { return !WARP0 || warp_() == 0; }
   // The warp's header in the buffer: 32-bit words per warp and per block (a region of < 2^32 words per block, i.e.
   // capacity < 2^26 records per warp) and one 64-bit product for the block's offset.  Computed where it is used
   // (end(), a flush): in begin() it would delay the first loads or hold two registers through the kernel.
@@ -208,7 +222,7 @@ struct Profiler {
   __device__ __forceinline__ bool record_offset(uint32_t n, uint32_t &off) const {
     const uint32_t i = lane_() - 2u;  // lanes 0, 1: wraps to a large value
     uint32_t s = slot0 + (i & (BATCH - 1));  // (= i where it matters; bounded for the loop below)
-    bool keep = i < n && recording_();
+    bool keep = i < n;
     if (capacity >= BATCH) {  // every real buffer: one wrap at most
       if (s >= capacity) s -= capacity;
     } else {
@@ -229,37 +243,44 @@ struct Profiler {
 
   __device__ __forceinline__ void record(uint32_t tag) {
     if constexpr (ENABLED && !NORECORD) {
-      const uint32_t t = stamp();
-      if constexpr (SHARED_BATCH) {
-        if (lane_() == 0) shared_batch()[warp_()][count & (BATCH - 1)] = make_uint2(tag, t);
-      } else {
-        if (lane_() - 2u == (count & (BATCH - 1))) held = make_uint2(tag, t);
-        // the stamp's select happens here: left to the compiler it sinks to end(), its one use, and keeps every
-        // stamp in a register of its own through the kernel (the tag's select may sink: constants in
-        // straight-line kernels)
-        asm volatile("" : "+r"(held.y));
+      // (count advances in every warp: in straight-line kernels it stays a compile-time constant, so the batch
+      // test folds away; a WARP0 idle warp's count is never stored)
+      if (recording_()) {
+        const uint32_t t = stamp();
+        if constexpr (SHARED_BATCH) {
+          if (lane_() == 0) shared_batch()[warp_()][count & (BATCH - 1)] = make_uint2(tag, t);
+        } else {
+          if (lane_() - 2u == (count & (BATCH - 1))) held = make_uint2(tag, t);
+          // the stamp's select happens here: left to the compiler it sinks to end(), its one use, and keeps every
+          // stamp in a register of its own through the kernel (the tag's select may sink: constants in
+          // straight-line kernels)
+          asm volatile("" : "+r"(held.y));
+        }
       }
-      if ((++count & (BATCH - 1)) == 0) flush();
+      if ((++count & (BATCH - 1)) == 0 && recording_()) flush();
     }
   }
 
-  __device__ __forceinline__ void enter(uint32_t scope_id) { record(scope_id & ~INSTR_END_FLAG); }
-  __device__ __forceinline__ void exit(uint32_t scope_id) { record(scope_id | INSTR_END_FLAG); }
+  __device__ __forceinline__ void enter(uint32_t scope_id) { record(enter_tag(scope_id)); }
+  __device__ __forceinline__ void exit(uint32_t scope_id) { record(exit_tag(scope_id)); }
+  // exit(from); enter(to) in one record (one clock read, one slot): where one scope ends, the next begins
+  __device__ __forceinline__ void next(uint32_t from, uint32_t to) { record(next_tag(from, to)); }
 
   // Call once per block, by every thread, after the last scope (no early returns in between).
   // No barrier: each warp finishes on its own; warp 0 writes the block header when it ends.
   __device__ __forceinline__ void end() {
     if constexpr (ENABLED) {
+      if (!recording_()) return;
       const uint64_t c = clock();
       const uint64_t g = NOGTIME ? 0ull : globaltimer();
       const uint32_t lane = lane_(), warp = warp_();
       uint32_t *const wh = warp_header();
       // One store per lane: lanes 0, 1 the warp header (warp, count | begin, end stamp), lanes 2.. the records not
-      // flushed yet.  With fewer than BATCH records in all (softmax / layer_norm: 6; WARP0's idle warps: 0) that is
+      // flushed yet.  With fewer than BATCH records in all (softmax / layer_norm: 4) that is
       // one contiguous run from the warp header on.  The words are those one store per record leaves
       // (decode.encode; tests/test_native.py models this store).
       uint32_t off = 2 * lane;
-      uint2 v = lane == 0 ? make_uint2(warp, recording_() ? count : 0u)
+      uint2 v = lane == 0 ? make_uint2(warp, count)
                           : USE_GLOBALTIMER ? make_uint2(gtime0, (uint32_t)g) : make_uint2(clock0, (uint32_t)c);
       bool st = lane < 2;
       if (!st) {

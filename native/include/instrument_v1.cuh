@@ -106,8 +106,9 @@ struct Profiler {
     }
   }
 
-  __device__ __forceinline__ void enter(uint32_t scope_id) { record(scope_id & ~INSTR_END_FLAG); }
-  __device__ __forceinline__ void exit(uint32_t scope_id) { record(scope_id | INSTR_END_FLAG); }
+  __device__ __forceinline__ void enter(uint32_t scope_id) { record(enter_tag(scope_id)); }
+  __device__ __forceinline__ void exit(uint32_t scope_id) { record(exit_tag(scope_id)); }
+  __device__ __forceinline__ void next(uint32_t from, uint32_t to) { record(next_tag(from, to)); }
 
   // Call once per block, by every thread, after the last scope (no early returns in between).
   // No barrier: each warp finishes on its own; warp 0 writes the block header when it ends.

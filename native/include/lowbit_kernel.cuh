@@ -68,7 +68,7 @@ __host__ inline int gemv_smem_bytes(int bits, bool zero, int MX, int slots, int 
 // R: recipe; MT: m16n8 tiles (8 rows each); OB: output / scale dtype is bf16; XS: x split (rows m and
 // m + M of x are the bf16 hi / lo parts of f16 activation row m); PROF: in-kernel instrumentation;
 // V: variant (above)
-template <class R, int MT, bool OB, bool XS, bool PROF, int V = 0>
+template <class R, int MT, bool OB, bool XS, bool PROF, int V = 0, int PM = INSTR_MODE_STAGED>
 __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel(const __grid_constant__ GemvParams p) {
   constexpr int BITS = R::BITS, KSTEP = R::KSTEP, CHUNKS = KSTEP / KG, S = variant_stages(BITS, V);
   constexpr int VEC = CHUNKS * BITS / 4;            // 16-byte vectors of words per lane per stage
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
   static_assert(KSTEP == kstep_for(BITS) && (CHUNKS * BITS) % 4 == 0, "layout");
   extern __shared__ __align__(16) uint8_t smem[];
 
-  instr::FlatProfiler<PROF> prof;
+  instr::FlatProfiler<PROF, PM> prof;
   prof.begin(p.prof, p.prof_cap);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -316,8 +316,12 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
   int cso = 0;  // ring offset of the stage being computed
   int cslot = 0;
   uint32_t cphase = 0;  // variant 3: the slot's mbarrier phase this use waits for
+  // two records per stage in the steady loop: wait -> compute, and compute -> the next stage's wait (or -> output,
+  // which ends in -> wait, or in output's exit at the range's end).  Every block has a stage (the launcher's grid is
+  // at most the stages), and an unconditional enter keeps the record count a multiple of 2 at every stage's top, so
+  // the compiler drops the batch test of the first record of a stage.
+  prof.enter(S_WAIT);
   for (int f = f_begin; f < f_end; ++f) {
-    prof.enter(S_WAIT);
     cp_async_wait<S - 2>();
     if constexpr (BULK) {
       mbar_wait(bar0 + 8 * cslot, cphase);
@@ -327,8 +331,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
       }
     }
     __syncthreads();
-    prof.exit(S_WAIT);
-    prof.enter(S_COMPUTE);  // issue the copies of stage f + S - 1, then dequantize + mma stage f
+    prof.next(S_WAIT, S_COMPUTE);  // issue the copies of stage f + S - 1, then dequantize + mma stage f
     pin(lw);
     pin(ls);
     if constexpr (V != 0) {
@@ -395,11 +398,11 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
         ++sidx;
       }
     }
-    prof.exit(S_COMPUTE);
 
 #ifndef LOWBIT_SASS_STEADY  // (defined only by native/sass.py to count the steady-state loop)
-    if (it == p.iters - 1 || f == f_end - 1) {  // end of this block's piece of n-block nb
-      prof.enter(S_OUTPUT);
+    const bool piece_end = it == p.iters - 1 || f == f_end - 1;  // end of this block's piece of n-block nb
+    prof.record(piece_end ? instr::next_tag(S_COMPUTE, S_OUTPUT) : instr::next_tag(S_COMPUTE, S_WAIT));
+    if (piece_end) {
       if (!((fmask >> (CHUNKS - 1)) & 1)) flush(ssm + sidx * SB);  // the last group is open: its partial sum
       const int n0 = nb * BN + warp * 32 + g;
       if (!XS && seg_start == 0 && it == p.iters - 1) {  // the whole n-block: store y directly
@@ -448,8 +451,10 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) total[nt][mt][e] = 0.f;
-      prof.exit(S_OUTPUT);
+      prof.record(f == f_end - 1 ? instr::exit_tag(S_OUTPUT) : instr::next_tag(S_OUTPUT, S_WAIT));
     }
+#else
+    prof.next(S_COMPUTE, S_WAIT);
 #endif
     if (++it == p.iters) {
       it = 0;

@@ -15,9 +15,9 @@
 namespace lowbit {
 
 // grid > 0: that many blocks (at most the work items); 0: sms x occupancy.  dry: only report the grid.
-template <class R, int MT, bool OB, bool XS, bool PROF, int V = 0>
+template <class R, int MT, bool OB, bool XS, bool PROF, int V = 0, int PM = INSTR_MODE_STAGED>
 int launch_gemv(const GemvParams &p, int sms, cudaStream_t s, int grid, int *grid_used, bool dry) {
-  auto k = lowbit_gemv_kernel<R, MT, OB, XS, PROF, V>;
+  auto k = lowbit_gemv_kernel<R, MT, OB, XS, PROF, V, PM>;
   const int smem = gemv_smem_bytes(R::BITS, R::ZERO, staged_rows(p.MX, MT, V), p.slots, p.iters, V);
   static int attr_smem = 0, occ_smem = -1, occ = 0;  // per instantiation (one device per process)
   if (smem > attr_smem) {
@@ -42,8 +42,17 @@ int launch_gemv(const GemvParams &p, int sms, cudaStream_t s, int grid, int *gri
   return (int)cudaGetLastError();
 }
 
+// the instrumented build (f16 out, no x split) in instrumentation mode `prof` (INSTR_MODE_STAGED or _WARP0)
+template <class R, int MT, int V>
+int launch_prof(int prof, const GemvParams &p, int sms, cudaStream_t s, int grid, int *used, bool dry) {
+  if (prof == INSTR_MODE_STAGED) return launch_gemv<R, MT, false, false, true, V>(p, sms, s, grid, used, dry);
+  if (prof == INSTR_MODE_WARP0) return launch_gemv<R, MT, false, false, true, V, INSTR_MODE_WARP0>(p, sms, s, grid, used, dry);
+  return -1;
+}
+
+// prof: 0 = the plain kernel, else the instrumented one in that instrumentation mode (launch_prof)
 template <class R>
-int gemv_dispatch(int mt, bool ob, bool xs, bool prof, const GemvParams &p, int sms, cudaStream_t s, int grid,
+int gemv_dispatch(int mt, bool ob, bool xs, int prof, const GemvParams &p, int sms, cudaStream_t s, int grid,
                   int *used, bool dry) {
   if (p.variant != 0) {
     if constexpr (!R::BF16 && R::TUNE) {
@@ -54,10 +63,10 @@ int gemv_dispatch(int mt, bool ob, bool xs, bool prof, const GemvParams &p, int 
         if (p.variant == 2 && mt == 2) return launch_gemv<R, 2, false, false, false, 2>(p, sms, s, grid, used, dry);
       }
       if constexpr (R::PROF) {  // the instrumented builds of lean and bulk, beside base's
-        if (!xs && !ob && prof && p.variant == 1 && mt == 1) return launch_gemv<R, 1, false, false, true, 1>(p, sms, s, grid, used, dry);
-        if (!xs && !ob && prof && p.variant == 1 && mt == 2) return launch_gemv<R, 2, false, false, true, 1>(p, sms, s, grid, used, dry);
-        if (!xs && !ob && prof && p.variant == 3 && mt == 1) return launch_gemv<R, 1, false, false, true, 3>(p, sms, s, grid, used, dry);
-        if (!xs && !ob && prof && p.variant == 3 && mt == 2) return launch_gemv<R, 2, false, false, true, 3>(p, sms, s, grid, used, dry);
+        if (!xs && !ob && prof && p.variant == 1 && mt == 1) return launch_prof<R, 1, 1>(prof, p, sms, s, grid, used, dry);
+        if (!xs && !ob && prof && p.variant == 1 && mt == 2) return launch_prof<R, 2, 1>(prof, p, sms, s, grid, used, dry);
+        if (!xs && !ob && prof && p.variant == 3 && mt == 1) return launch_prof<R, 1, 3>(prof, p, sms, s, grid, used, dry);
+        if (!xs && !ob && prof && p.variant == 3 && mt == 2) return launch_prof<R, 2, 3>(prof, p, sms, s, grid, used, dry);
       }
     }
     if constexpr (!R::BF16 && R::BULK) {
@@ -78,8 +87,8 @@ int gemv_dispatch(int mt, bool ob, bool xs, bool prof, const GemvParams &p, int 
       if (mt == 2) return launch_gemv<R, 2, false, false, false>(p, sms, s, grid, used, dry);
     }
     if constexpr (R::PROF) {
-      if (!xs && !ob && prof && mt == 1) return launch_gemv<R, 1, false, false, true>(p, sms, s, grid, used, dry);
-      if (!xs && !ob && prof && mt == 2) return launch_gemv<R, 2, false, false, true>(p, sms, s, grid, used, dry);
+      if (!xs && !ob && prof && mt == 1) return launch_prof<R, 1, 0>(prof, p, sms, s, grid, used, dry);
+      if (!xs && !ob && prof && mt == 2) return launch_prof<R, 2, 0>(prof, p, sms, s, grid, used, dry);
     }
   }
   return -1;
@@ -104,7 +113,7 @@ int dequant_dispatch(bool ob, const DequantParams &p, int nblk, cudaStream_t s) 
 }  // namespace lowbit
 
 #define LOWBIT_DEFINE(R)                                                                                      \
-  int lowbit_gemv_##R(int mt, bool ob, bool xs, bool prof, const lowbit::GemvParams &p, int sms, void *s,      \
+  int lowbit_gemv_##R(int mt, bool ob, bool xs, int prof, const lowbit::GemvParams &p, int sms, void *s,       \
                       int grid, int *used, bool dry) {                                                        \
     return lowbit::gemv_dispatch<lowbit::R>(mt, ob, xs, prof, p, sms, static_cast<cudaStream_t>(s), grid, used, \
                                             dry);                                                             \

@@ -45,8 +45,7 @@ __device__ __forceinline__ void layer_norm_body(const half *__restrict__ x, cons
     const int c = threadIdx.x + i * THREADS;
     v[i] = c < cols ? __half2float(x[base + c]) : 0.f;
   }
-  prof.exit(S_LOAD);
-  prof.enter(S_STATS);
+  prof.next(S_LOAD, S_STATS);
   float s = 0.f;
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) s += v[i];
@@ -59,8 +58,7 @@ __device__ __forceinline__ void layer_norm_body(const half *__restrict__ x, cons
     q += d * d;
   }
   const float rstd = rsqrtf(block_sum(q, red) / cols + eps);
-  prof.exit(S_STATS);
-  prof.enter(S_NORM_STORE);
+  prof.next(S_STATS, S_NORM_STORE);
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
     const int c = threadIdx.x + i * THREADS;

@@ -12,7 +12,7 @@
 #endif
 
 #define LOWBIT_DECLARE(R)                                                                                  \
-  int lowbit_gemv_##R(int mt, bool ob, bool xs, bool prof, const lowbit::GemvParams &p, int sms, void *s,   \
+  int lowbit_gemv_##R(int mt, bool ob, bool xs, int prof, const lowbit::GemvParams &p, int sms, void *s,    \
                       int grid, int *used, bool dry);                                                      \
   int lowbit_dequant_##R(bool ob, const lowbit::DequantParams &p, int nblk, void *s);
 LOWBIT_DISPATCH_LIST(LOWBIT_DECLARE)
@@ -22,7 +22,7 @@ struct Entry {
   const char *name;
   int bits;
   bool zero;
-  int (*gemv)(int, bool, bool, bool, const lowbit::GemvParams &, int, void *, int, int *, bool);
+  int (*gemv)(int, bool, bool, int, const lowbit::GemvParams &, int, void *, int, int *, bool);
   int (*dequant)(bool, const lowbit::DequantParams &, int, void *);
 };
 #define LOWBIT_ENTRY(R) {lowbit::R::NAME, lowbit::R::BITS, lowbit::R::ZERO, &lowbit_gemv_##R, &lowbit_dequant_##R},
@@ -38,14 +38,14 @@ const Entry *find(const char *name) {
 int native_lowbit_gemv(const char *recipe, int mt, int out_bf16, int xsplit, int prof, const lowbit::GemvParams *p,
                        int sms, void *stream, int grid, int *grid_used) {
   const Entry *e = find(recipe);
-  return e ? e->gemv(mt, out_bf16 != 0, xsplit != 0, prof != 0, *p, sms, stream, grid, grid_used, false) : -1;
+  return e ? e->gemv(mt, out_bf16 != 0, xsplit != 0, prof, *p, sms, stream, grid, grid_used, false) : -1;
 }
 
 int native_lowbit_gemv_grid(const char *recipe, int mt, int out_bf16, int xsplit, int prof,
                             const lowbit::GemvParams *p, int sms, int grid) {
   const Entry *e = find(recipe);
   int used = 0;
-  const int err = e ? e->gemv(mt, out_bf16 != 0, xsplit != 0, prof != 0, *p, sms, nullptr, grid, &used, true) : -1;
+  const int err = e ? e->gemv(mt, out_bf16 != 0, xsplit != 0, prof, *p, sms, nullptr, grid, &used, true) : -1;
   return err ? -1 : used;
 }
 

@@ -33,9 +33,10 @@ __global__ void __launch_bounds__(THREADS) matmul_kernel(const half *__restrict_
 #pragma unroll
     for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 
+  // two records per k-step: load -> mma, and mma -> the next step's load (or, at the last step, mma's exit)
   prof.enter(S_LOOP);
+  if (K > 0) prof.enter(S_LOAD);
   for (int k0 = 0; k0 < K; k0 += BK) {
-    prof.enter(S_LOAD);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {  // A tile: 128 rows x 4 uint4
       const int idx = tid + i * THREADS, r = idx / 4, c = (idx % 4) * 8;
@@ -49,8 +50,7 @@ __global__ void __launch_bounds__(THREADS) matmul_kernel(const half *__restrict_
           *reinterpret_cast<const uint4 *>(&B[(size_t)(k0 + r) * N + col0 + c]);
     }
     __syncthreads();
-    prof.exit(S_LOAD);
-    prof.enter(S_MMA);
+    prof.next(S_LOAD, S_MMA);
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 16) {
       wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> fa[4];
@@ -65,10 +65,9 @@ __global__ void __launch_bounds__(THREADS) matmul_kernel(const half *__restrict_
         for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
     }
     __syncthreads();
-    prof.exit(S_MMA);
+    prof.record(k0 + BK < K ? instr::next_tag(S_MMA, S_LOAD) : instr::exit_tag(S_MMA));
   }
-  prof.exit(S_LOOP);
-  prof.enter(S_STORE);
+  prof.next(S_LOOP, S_STORE);
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll

@@ -41,8 +41,7 @@ __global__ void __launch_bounds__(THREADS) softmax_kernel(const half *__restrict
     const int c = threadIdx.x + i * THREADS;
     v[i] = c < cols ? __half2float(x[base + c]) : -FLT_MAX;
   }
-  prof.exit(S_LOAD);
-  prof.enter(S_REDUCE);
+  prof.next(S_LOAD, S_REDUCE);
   float m = -FLT_MAX;
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) m = fmaxf(m, v[i]);
@@ -56,8 +55,7 @@ __global__ void __launch_bounds__(THREADS) softmax_kernel(const half *__restrict
   }
   s = block_reduce<false>(s, red);
   const float inv = 1.f / s;
-  prof.exit(S_REDUCE);
-  prof.enter(S_STORE);
+  prof.next(S_REDUCE, S_STORE);
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
     const int c = threadIdx.x + i * THREADS;
