@@ -45,7 +45,8 @@ __device__ __forceinline__ void layer_norm_body(const half *__restrict__ x, cons
     const int c = threadIdx.x + i * THREADS;
     v[i] = c < cols ? __half2float(x[base + c]) : 0.f;
   }
-  prof.next(S_LOAD, S_STATS);
+  prof.exit(S_LOAD);
+  prof.enter(S_STATS);
   float s = 0.f;
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) s += v[i];
@@ -58,7 +59,8 @@ __device__ __forceinline__ void layer_norm_body(const half *__restrict__ x, cons
     q += d * d;
   }
   const float rstd = rsqrtf(block_sum(q, red) / cols + eps);
-  prof.next(S_STATS, S_NORM_STORE);
+  prof.exit(S_STATS);
+  prof.enter(S_NORM_STORE);
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
     const int c = threadIdx.x + i * THREADS;
