@@ -25,7 +25,7 @@ import sys
 import time
 
 KERNELS = ("matmul", "softmax", "layer_norm", "lowbit_lean", "lowbit_bulk")
-# the low-bit decode (u4 M=1, K=8192, N=57344) in a given decode variant; its instrumented builds are staged only
+# the low-bit decode (u4 M=1, K=8192, N=57344) in a given decode variant; its instrumented builds: lowbit.PROF_MODES
 LOWBIT_VARIANTS = {"lowbit_lean": "lean", "lowbit_bulk": "bulk"}
 TOL = 2e-3
 

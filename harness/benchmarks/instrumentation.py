@@ -6,7 +6,7 @@ granularity, clock32, time_shift), timed in the same job. For the native CUDA
 kernels (native/: matmul, softmax, layer_norm and the low-bit decode kernel
 "lowbit"): the same kernel without and with our own instrumentation header, in
 each of its modes (params.native_modes: staged, warp0, direct; the low-bit
-kernel's instrumented build is staged only). A calibration kernel spins a known
+kernel's instrumented builds: staged and warp0). A calibration kernel spins a known
 number of cycles inside one scope and checks the decoded scope time (per mode). Every variant is checked against the reference
 before it is timed. Profiles (hatchet trees) and one Chrome trace per kernel are
 written under the experiment's artifacts/ folder.
