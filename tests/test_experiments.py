@@ -70,3 +70,70 @@ def test_multirun_on_cpu_interprets_kernels_imported_while_planning(tmp_path):
                          "run.device=cpu", "run.progress=false", "experiment.params.suite=[fused_softmax]", "-m"],
                         capture_output=True, text=True, timeout=600, env=env)
     assert r2.returncode == 0 and " 0 to run" in r2.stdout and "unavailable)" in r2.stdout, r2.stdout
+
+
+# ---- `make reproduce`: every experiment, with its default sweep -------------------------------------------
+
+def _make_default_experiments() -> list[str]:
+    from harness.provenance import ROOT
+    lines = [l for l in (ROOT / "Makefile").read_text().splitlines() if l.startswith("EXPERIMENTS ?=")]
+    assert len(lines) == 1, lines
+    return lines[0].split("?=", 1)[1].split()
+
+
+def test_make_reproduce_runs_every_experiment():
+    """The team's rule: every experiment joins the default `make reproduce` (and so the figures and the report)."""
+    names = _make_default_experiments()
+    assert len(names) == len(set(names))
+    assert set(names) == set(choices("experiment"))
+
+
+def _plan(*overrides):
+    """The points of every job of an experiment's own sweep, planned for a GPU (no device touched)."""
+    from harness.preflight import expand_jobs
+    pts = []
+    for job in expand_jobs(list(overrides)):
+        _, _, p = build_context(_compose(*job, "run.device=cuda"), plan_only=True)
+        pts += p
+    return pts
+
+
+FULL_SHAPES = "experiment.params.shapes=[[1,128],[2,512],[4,1024],[8,2048]]"
+
+
+def test_proton_overhead_sweep_default_and_full_sweep():
+    """Default: both models at the two ends of the launch-rate range; the full 4-shape sweep on request
+    (the override experiments/proton_overhead_sweep/README.md gives)."""
+    pts = _plan("experiment=proton_overhead_sweep")
+    assert {(p.model, p.batch, p.seq_len) for p in pts} == {
+        (m, b, t) for m in ("tinyllama_1_1b", "llama3_1_8b") for b, t in ((1, 128), (8, 2048))}
+    assert {p.workload for p in pts} == {"train"} and {p.profiler for p in pts} == {"none", "proton", "torch"}
+    assert all(dict(p.params)["residual"] for p in pts)
+    full = _plan("experiment=proton_overhead_sweep", FULL_SHAPES)
+    assert {(p.batch, p.seq_len) for p in full} == {(1, 128), (2, 512), (4, 1024), (8, 2048)}
+    assert len(full) == 2 * 4 * 3 and len(pts) == 2 * 2 * 3
+
+
+def test_proton_noise_default_and_both_workloads():
+    """Default: the paper's workload (train) over the whole pin_cpus x gc_freeze grid, 4 processes a cell;
+    inference as well on request."""
+    pts = _plan("experiment=proton_noise")
+    cells = {(dict(p.params).get("pin_cpus"), dict(p.params).get("gc_freeze", False)) for p in pts}
+    assert cells == {(None, False), (None, True), (2, False), (2, True)}
+    assert {p.workload for p in pts} == {"train"} and {p.profiler for p in pts} == {"none"}
+    assert {dict(p.params)["baseline_processes"] for p in pts} == {3} and len(pts) == 4
+    both = _plan("experiment=proton_noise", "experiment.params.workloads=[train,infer]")
+    assert {p.workload for p in both} == {"train", "infer"} and len(both) == 8
+
+
+@pytest.mark.parametrize("experiment,override,needle", [
+    ("proton_overhead_sweep", "experiment.params.shapes=[[1,0]]", "shapes seq_len=0 must be a positive integer"),
+    ("proton_overhead_sweep", "experiment.params.shapes=[[1,128,3]]", "must be a list of [batch, seq_len] pairs"),
+    ("proton_noise", "experiment.params.workloads=[train,inference]", "workload 'inference'; valid: train, infer"),
+])
+def test_a_bad_sweep_override_fails_before_any_work(experiment, override, needle, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "harness", f"experiment={experiment}", override,
+                        f"run.results_dir={tmp_path}", "run.device=cpu", "-m"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2 and needle in r.stderr, r.stderr[-2000:]
+    assert not any(tmp_path.iterdir())

@@ -257,3 +257,35 @@ def test_build_cpu_without_cpu_rows_writes_nothing(tmp_path):
 
 def test_schema_fixture_rows_match_the_store():
     assert set(row("x", "m", 1.0)) <= set(SCHEMA)
+
+
+def test_the_explanatory_figures_draw_from_the_default_sweep_and_from_the_larger_committed_one():
+    """proton_overhead_sweep / proton_noise: the committed rows (the 4-shape sweep, both workloads) and the
+    subset the smaller default sweep writes (2 shapes; train only) both give their figures and tables."""
+    import matplotlib.pyplot as plt
+
+    from experiments.proton_noise import figures as noise
+    from experiments.proton_overhead_sweep import figures as sweep
+
+    def rows(exp):
+        df = pd.read_csv(ROOT / "results" / "h200" / exp / "results.csv")
+        df.insert(0, "gpu", "h200")
+        return df
+
+    ov = rows("proton_overhead_sweep")
+    small = ov[ov.set_index(["batch", "seq_len"]).index.isin([(1, 128), (8, 2048)])]
+    for df, n_shapes in ((ov, 4), (small, 2)):
+        w = sweep.wide(df)
+        assert w.groupby("model")["shape"].nunique().to_dict() == {"llama3_1_8b": n_shapes, "tinyllama_1_1b": n_shapes}
+        assert w["launches_per_s"].notna().all()
+        for fn in (sweep.overhead_vs_rate, sweep.breakdown):
+            fig = fn(df)
+            assert fig is not None
+            plt.close(fig)
+        assert len(sweep.summary(df)) == 2 * n_shapes * 3
+    nz = rows("proton_noise")
+    for df, wls in ((nz, ["infer", "train"]), (nz[nz["workload"] == "train"], ["train"])):
+        fig = noise.noise(df)
+        assert sorted(ax.get_title().split(":")[0] for ax in fig.axes) == wls
+        plt.close(fig)
+        assert len(noise.counters(df)) == 4 * len(wls) and len(noise.said(df)) == len(wls)

@@ -43,8 +43,9 @@ def noise(df):
     long = w.melt(id_vars=["workload", "variant"], value_vars=["baseline_cv", "baseline_unit_cv"],
                   var_name="spread", value_name="cv")
     long["spread"] = long["spread"].map({"baseline_cv": "across processes", "baseline_unit_cv": "within a process (units)"})
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for ax, (wl, g) in zip(axes, long.groupby("workload")):
+    wls = sorted(long["workload"].unique())      # one panel per workload in the rows (the default runs train only)
+    fig, axes = plt.subplots(1, len(wls), figsize=(5.5 * len(wls), 4), sharey=True, squeeze=False)
+    for ax, (wl, g) in zip(axes[0], long.groupby("workload")):
         sns.barplot(g, x="variant", y="cv", hue="spread", ax=ax)
         ax.axhline(0.02, color="k", lw=0.8, ls="--")
         ax.set_title(f"{wl}: unprofiled region spread (dashed: 2% target)")
