@@ -22,6 +22,7 @@ WARP_HEADER_WORDS = 4
 RECORD_WORDS = 2
 END_FLAG = 0x80000000
 NEXT_FLAG = 0x40000000          # a transition record: leave scope (bits 15..29), enter scope (bits 0..14)
+MIN_CAPACITY = 16               # records per warp the launchers accept at least (one register batch); any decodes
 FLAG_GLOBALTIMER = 1
 M32 = 0xFFFFFFFF
 UNKNOWN_SCOPE = "<dropped>"

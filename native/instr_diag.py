@@ -41,9 +41,11 @@ def main(argv=None) -> int:
     from native.tune import _check_json_path
     try:
         _check_json_path(a.json)
-        for flag, v in (("--rounds", a.rounds), ("--samples", a.samples), ("--buffer-records", a.buffer_records)):
-            if v < 1:
-                raise ValueError(f"{flag} must be >= 1, got {v}")
+        from native.decode import MIN_CAPACITY
+        for flag, v, lo in (("--rounds", a.rounds, 1), ("--samples", a.samples, 1),
+                            ("--buffer-records", a.buffer_records, MIN_CAPACITY)):
+            if v < lo:
+                raise ValueError(f"{flag} must be >= {lo}, got {v}")
     except ValueError as e:
         print(f"config error: {e}")
         return 2

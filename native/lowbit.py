@@ -228,8 +228,8 @@ class LowbitMatmul:
         x = self._x(x)
         if not self.decode_ok(x.shape[0]):
             raise Unsupported("the instrumented low-bit kernel is the decode kernel (M <= 16)")
-        if buffer_records < 1:
-            raise ValueError("buffer_records must be >= 1")
+        from native.native_kernels import check_capacity
+        check_capacity(buffer_records)
         words = self.buffer_words(x.shape[0], buffer_records, mode)
         if buffer is None:
             buffer = torch.zeros(words, dtype=torch.int32, device=self.dev)

@@ -112,6 +112,15 @@ def buffer_words(name: str, inputs: dict, buffer_records: int, mode: str = "stag
     return blocks * block_words(warps, buffer_records), blocks, warps
 
 
+def check_capacity(buffer_records: int) -> None:
+    """Records per warp of an instrumented launch: at least one register batch (instrument.cuh INSTR_MIN_CAPACITY,
+    which the launchers enforce too)."""
+    from native.decode import MIN_CAPACITY
+    if isinstance(buffer_records, bool) or not isinstance(buffer_records, int) or buffer_records < MIN_CAPACITY:
+        raise ValueError(f"buffer_records must be an integer >= {MIN_CAPACITY} (one register batch), "
+                         f"got {buffer_records!r}")
+
+
 def mode_id(mode: str) -> int:
     ids = {**MODES, **AB_MODES, **DIAG_MODES}
     if mode not in ids:
@@ -131,12 +140,12 @@ def run(name: str, inputs: dict, instrument: bool = False, buffer_records: int =
     from native.build import build
     if name not in SCOPES:
         raise Unsupported(f"unknown native kernel {name!r}")
+    if instrument:
+        check_capacity(buffer_records)
     if name == "lowbit":
         return _run_lowbit(inputs, instrument, buffer_records, host=host, buffer=buffer, clear=clear, mode=mode)
     mod = build()
     if instrument:
-        if buffer_records < 1:
-            raise ValueError("buffer_records must be >= 1")
         words, _, _ = buffer_words(name, inputs, buffer_records)
         if buffer is None:
             prof = torch.zeros(words, dtype=torch.int32, device="cuda")

@@ -120,6 +120,8 @@ def test_bad_values_fail_while_planning(overrides, needle):
     (["experiment=proton_fig8", "experiment.params.K=[abc]"], "experiment.params.K: 'abc' is not a number"),
     (["experiment=proton_fig15", "experiment.params.native_buffer_records=[abc]"],
      "experiment.params.native_buffer_records: 'abc' is not an integer"),
+    (["experiment=proton_fig15", "experiment.params.native_buffer_records=[8]"],
+     "experiment.params.native_buffer_records: 8 must be >= 16"),
     (["experiment=proton_fig15", "experiment.params.spin_cycles=abc"], "experiment.params.spin_cycles='abc' is not an integer"),
 ])
 def test_cli_rejects_bad_input_with_valid_choices(args, needle, tmp_path):

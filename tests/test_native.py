@@ -189,9 +189,9 @@ def test_staged_single_store_end_writes_what_direct_mode_writes(capacity, iters)
 def register_batch_warp(events, capacity, batch, warp, clock0, end_stamp):
     """What Profiler<.., INSTR_MODE_STAGED, .., BATCH> (instrument.cuh) leaves in one warp's region: lane 2 + i holds
     record i of the current batch; a full batch is stored by lanes 2.. at slot (slot0 + i) % capacity (record_offset:
-    a compare and subtract, or the loop for capacity < BATCH, where only the newest `capacity` are kept); end() is one
-    store per lane: lanes 0, 1 the warp header, lanes 2.. the unflushed records.  No two lanes of one store may
-    write the same slot (asserted)."""
+    one compare and subtract, since capacity >= INSTR_MIN_CAPACITY >= BATCH); end() is one store per lane: lanes 0, 1
+    the warp header, lanes 2.. the unflushed records.  No two lanes of one store may write the same slot (asserted)."""
+    assert capacity >= D.MIN_CAPACITY >= batch
     words = np.zeros(D.WARP_HEADER_WORDS + capacity * D.RECORD_WORDS, dtype=np.uint32)
     held = [(0, 0)] * 32
     count = slot0 = 0
@@ -199,14 +199,9 @@ def register_batch_warp(events, capacity, batch, warp, clock0, end_stamp):
     def offset(lane, n):
         i = (lane - 2) & D.M32
         s = slot0 + (i & (batch - 1))
-        keep = i < n
-        if capacity >= batch:
-            s -= capacity if s >= capacity else 0
-        else:
-            while s >= capacity:
-                s -= capacity
-            keep = keep and n - i <= capacity
-        return keep, D.WARP_HEADER_WORDS + s * D.RECORD_WORDS
+        s -= capacity if s >= capacity else 0
+        assert s < capacity
+        return i < n, D.WARP_HEADER_WORDS + s * D.RECORD_WORDS
 
     def store(pairs):  # one store instruction: {lane: (word offset, (x, y))}
         offs = [o for o, _ in pairs.values()]
@@ -219,19 +214,19 @@ def register_batch_warp(events, capacity, batch, warp, clock0, end_stamp):
         if count & (batch - 1) == 0:
             store({lane: (o, held[lane]) for lane in range(32) for keep, o in [offset(lane, batch)] if keep})
             slot0 += batch
-            while slot0 >= capacity:
-                slot0 -= capacity
+            slot0 -= capacity if slot0 >= capacity else 0
     last = {0: (0, (warp, count)), 1: (2, (clock0 & D.M32, end_stamp & D.M32))}
     last.update({lane: (o, held[lane]) for lane in range(2, 32) for keep, o in [offset(lane, count & (batch - 1))] if keep})
     store(last)
     return words
 
 
-@pytest.mark.parametrize("capacity,batch,iters", [(64, 16, 5), (16, 16, 10), (4, 16, 3), (5, 8, 7), (1, 16, 2),
-                                                  (1024, 16, 1), (1024, 16, 0), (17, 16, 9), (3, 4, 6)])
+@pytest.mark.parametrize("capacity,batch,iters", [(64, 16, 5), (16, 16, 10), (17, 16, 9), (33, 16, 7), (1024, 16, 1),
+                                                  (1024, 16, 0), (16, 8, 7), (20, 4, 6)])
 def test_register_batches_write_what_direct_mode_writes(capacity, batch, iters):
     """The staged mode's register batches leave the same words as one store per record (decode.encode): warp header
-    and every retained record, whatever the capacity, so the decoder's output is the same in every mode."""
+    and every retained record, whatever the capacity the launchers accept, so the decoder's output is the same in
+    every mode."""
     nw = 2
     blocks = make_blocks(1, nw, iters, wrap=True)
     direct = D.encode(blocks, capacity=capacity, num_warps=nw)
@@ -242,6 +237,22 @@ def test_register_batches_write_what_direct_mode_writes(capacity, batch, iters):
         assert np.array_equal(direct[wb:wb + stride], got)
     empty = register_batch_warp([], capacity, batch, 5, 7, 9)  # a warp without records: header only
     assert list(empty[:4]) == [5, 0, 7, 9] and not empty[4:].any()
+
+
+def test_capacity_below_one_batch_is_refused_before_launch():
+    """The header's one-wrap slot arithmetic needs capacity >= INSTR_MIN_CAPACITY: every launcher refuses less (the
+    CUDA launchers return cudaErrorInvalidValue; the Python ones raise before any GPU work)."""
+    from native import native_kernels as nk
+    assert re.search(rf"#define INSTR_MIN_CAPACITY {D.MIN_CAPACITY}\b", HEADER)
+    for f in SUITE_SOURCES:
+        assert "capacity < INSTR_MIN_CAPACITY ||" in (build.ROOT / "kernels" / f).read_text(), f
+    assert "p->prof_cap < INSTR_MIN_CAPACITY" in (build.ROOT / "kernels" / "lowbit_dispatch.cu").read_text()
+    for bad in (0, 8, 15, 16.0, True, "16"):
+        with pytest.raises(ValueError, match="buffer_records"):
+            nk.check_capacity(bad)
+    nk.check_capacity(16)
+    with pytest.raises(ValueError, match=">= 16"):
+        nk.run("softmax", {}, instrument=True, buffer_records=8)
 
 
 @pytest.mark.parametrize("start,dur", [(1000, 5), ((1 << 32) - 700, 10**6), ((7 << 32) + 123, (1 << 32) - 1),
@@ -475,6 +486,8 @@ def test_instr_diag_cli_without_gpu(capsys):
     assert "unknown kernels" in capsys.readouterr().out
     assert instr_diag.main(["--rounds", "0"]) == 2
     assert "--rounds must be >= 1" in capsys.readouterr().out
+    assert instr_diag.main(["--buffer-records", "8"]) == 2
+    assert "--buffer-records must be >= 16" in capsys.readouterr().out
     if not torch.cuda.is_available():
         assert instr_diag.main([]) == 2
         assert "unavailable" in capsys.readouterr().out

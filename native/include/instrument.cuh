@@ -51,6 +51,9 @@
 #define INSTR_RECORD_WORDS 2
 #define INSTR_END_FLAG 0x80000000u
 #define INSTR_NEXT_FLAG 0x40000000u
+// records per warp of a profile buffer: at least one register batch (the launchers refuse less), so that a batch's
+// slots wrap the circular buffer at most once (record_offset: one compare and subtract)
+#define INSTR_MIN_CAPACITY 16
 #define INSTR_FLAG_GLOBALTIMER 1u
 #define INSTR_MODE_DIRECT 0
 #define INSTR_MODE_STAGED 1
@@ -151,8 +154,8 @@ struct Ids {
 template <bool ENABLED, bool USE_GLOBALTIMER = false, int MODE = INSTR_MODE_STAGED, int MAX_WARPS = 8,
           int BATCH = 16, bool FLAT = false, bool SHARED_BATCH = false>
 struct Profiler {
-  static_assert(BATCH >= 1 && BATCH <= 16 && (BATCH & (BATCH - 1)) == 0,
-                "BATCH: a power of two <= 16 (lanes 2 .. BATCH + 1 hold a batch)");
+  static_assert(BATCH >= 1 && BATCH <= INSTR_MIN_CAPACITY && (BATCH & (BATCH - 1)) == 0,
+                "BATCH: a power of two <= 16 (lanes 2 .. BATCH + 1 hold a batch; capacity >= INSTR_MIN_CAPACITY)");
   static_assert(INSTR_MODE_BASE(MODE) != INSTR_MODE_DIRECT, "DIRECT: v1::Profiler");
   static constexpr bool NOSTORE = MODE & INSTR_DIAG_NOSTORE, NOGTIME = MODE & INSTR_DIAG_NOGTIME,
                         NORECORD = MODE & INSTR_DIAG_NORECORD;
@@ -216,21 +219,14 @@ struct Profiler {
   }
 
   // Word offset from the warp header of the record this lane holds (lane 2 + i: record i of a batch of n), and
-  // whether it is to be stored: slot (slot0 + i) % capacity without a division; with fewer slots than BATCH only
-  // the newest `capacity` records of the batch (the others would be overwritten, and no two lanes of one store may
-  // target one slot).
+  // whether it is to be stored: slot (slot0 + i) % capacity without a division -- capacity >= INSTR_MIN_CAPACITY >=
+  // BATCH (the launchers refuse less), so the slots of one batch wrap the buffer at most once.
   __device__ __forceinline__ bool record_offset(uint32_t n, uint32_t &off) const {
     const uint32_t i = lane_() - 2u;  // lanes 0, 1: wraps to a large value
-    uint32_t s = slot0 + (i & (BATCH - 1));  // (= i where it matters; bounded for the loop below)
-    bool keep = i < n;
-    if (capacity >= BATCH) {  // every real buffer: one wrap at most
-      if (s >= capacity) s -= capacity;
-    } else {
-      while (s >= capacity) s -= capacity;
-      keep = keep && n - i <= capacity;
-    }
+    uint32_t s = slot0 + (i & (BATCH - 1));
+    if (s >= capacity) s -= capacity;
     off = INSTR_WARP_HEADER_WORDS + s * INSTR_RECORD_WORDS;
-    return keep;
+    return i < n;
   }
   // a full batch: lanes 2 .. BATCH + 1 store their records (consecutive slots, one store per lane)
   __device__ __forceinline__ void flush() {
@@ -238,7 +234,7 @@ struct Profiler {
     const uint2 h = held_();
     if (record_offset(BATCH, off)) put(warp_header() + off, h);
     slot0 += BATCH;
-    while (slot0 >= capacity) slot0 -= capacity;  // once at most when capacity >= BATCH
+    if (slot0 >= capacity) slot0 -= capacity;
   }
 
   __device__ __forceinline__ void record(uint32_t tag) {
@@ -279,15 +275,15 @@ struct Profiler {
       // flushed yet.  With fewer than BATCH records in all (softmax / layer_norm: 4) that is
       // one contiguous run from the warp header on.  The words are those one store per record leaves
       // (decode.encode; tests/test_native.py models this store).
-      uint32_t off = 2 * lane;
-      uint2 v = lane == 0 ? make_uint2(warp, count)
-                          : USE_GLOBALTIMER ? make_uint2(gtime0, (uint32_t)g) : make_uint2(clock0, (uint32_t)c);
-      bool st = lane < 2;
-      if (!st) {
-        st = record_offset(count & (BATCH - 1), off);
-        v = held_();
-      }
-      if (st) put(wh + off, v);
+      // (selects, no branch: every lane computes both, so the tail is one straight run to the store)
+      uint32_t roff;
+      const bool rkeep = record_offset(count & (BATCH - 1), roff);
+      const uint2 h = held_();
+      const bool head = lane < 2;
+      const uint2 v = !head ? h
+                      : lane == 0 ? make_uint2(warp, count)
+                                  : USE_GLOBALTIMER ? make_uint2(gtime0, (uint32_t)g) : make_uint2(clock0, (uint32_t)c);
+      if (head || rkeep) put(wh + (head ? 2 * lane : roff), v);
       if (warp == 0 && lane < 8) {
         // block header, 8 x 8 bytes: lanes 3..6 the clocks, the start values widened from the low 32 bits kept since
         // begin() -- exact while the block runs < 2^32 cycles / ns, which the decoder assumes anyway (it takes every

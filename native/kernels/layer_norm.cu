@@ -89,7 +89,7 @@ int native_layer_norm_f16(const void *x, const void *w, const void *b, void *y, 
   const half *xx = (const half *)x, *ww = (const half *)w, *bb = (const half *)b;
   if (!prof) {
     layer_norm_plain<<<rows, THREADS, 0, s>>>(xx, ww, bb, (half *)y, cols, eps);
-  } else if (!instr::with_mode<INSTR_LAUNCH_MODES>(mode, [&](auto m) {
+  } else if (capacity < INSTR_MIN_CAPACITY || !instr::with_mode<INSTR_LAUNCH_MODES>(mode, [&](auto m) {
                layer_norm_prof<decltype(m)::value><<<rows, THREADS, 0, s>>>(xx, ww, bb, (half *)y, cols, eps, prof, capacity);
              })) {
     return (int)cudaErrorInvalidValue;

@@ -72,7 +72,7 @@ int native_softmax_f16(const void *x, void *y, int rows, int cols, uint32_t *pro
   auto s = static_cast<cudaStream_t>(stream);
   if (!prof) {
     softmax_kernel<false><<<rows, THREADS, 0, s>>>((const half *)x, (half *)y, cols, nullptr, 0);
-  } else if (!instr::with_mode<INSTR_LAUNCH_MODES>(mode, [&](auto m) {
+  } else if (capacity < INSTR_MIN_CAPACITY || !instr::with_mode<INSTR_LAUNCH_MODES>(mode, [&](auto m) {
                softmax_kernel<true, decltype(m)::value><<<rows, THREADS, 0, s>>>((const half *)x, (half *)y, cols, prof, capacity);
              })) {
     return (int)cudaErrorInvalidValue;
