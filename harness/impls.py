@@ -34,7 +34,8 @@ class Problem:
     K: int
     N: int
     precision: Precision          # the weight format this implementation must compute with
-    weight: Any                   # torch.Tensor [K, N] (dense) or kernels.lowbit QuantizedWeight
+    weight: Any                   # torch.Tensor [K, N] (dense) or kernels.lowbit QuantizedWeight, or the `packed`
+                                  # an earlier prepared fn of this weight carries (its layout; triton's)
     device: str
     seconds: Callable[[Callable[[], object]], float] | None = None   # timer handed to autotuners
     tune_per_path: int = 2        # autotune budget: the first n candidates of each kernel path

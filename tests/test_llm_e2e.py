@@ -378,3 +378,45 @@ def test_the_logits_are_checked_once_per_build_and_each_distinct_linear_shape_at
     assert checked[0] == [True] * 8
     assert checked[1] == [True] * 4 + [False] * 4         # layer 0 holds one linear of each shape
     assert all(lin.mode == "kernel" for lin in qm.linears) and qm.logits_checked
+
+
+def test_triton_packs_each_linear_once_per_build_and_every_step_runs_what_a_fresh_prepare_gives(monkeypatch):
+    """Our Triton kernel's layout does not depend on M, only its config does: a build packs each linear once (its
+    first point) and its later points choose their config on that packing, the only copy alive, without the
+    canonical weight (not kept) being regenerated for it. At every M: the same words, the config and the outputs
+    of a fresh, uncached prepare of the same weight."""
+    import weakref
+
+    from harness.impls import Problem, get
+    from kernels.lowbit import triton_matmul as tm
+    packs, made = [], []
+    real_prepare, real_make = tm.prepare, FusedLinear.make_weight
+    monkeypatch.setattr(tm, "prepare", lambda qw: packs.append(qw) or real_prepare(qw))
+    monkeypatch.setattr(FusedLinear, "make_weight", lambda self: made.append(self) or real_make(self))
+    c = card("qwen2_5_32b", hidden=64, heads=2, kv_heads=1, intermediate=128, vocab=256)
+    p = prec("u4", 32)
+    qm = build_quantized(c, p, "triton", layers=1, device="cpu", keep_weights=False)
+    n = len(qm.linears)
+    qm.prepare(1)
+    assert len(packs) == n and len(made) == n        # built once, packed once, the canonical weight dropped
+    packed = [lin.prepared.fn.packed for lin in qm.linears]
+    assert all(lin._weight is None for lin in qm.linears)
+    for M in (1, 2, 80):                              # the CPU steps: decode 1 and 2, prefill 80
+        old = [weakref.ref(lin.prepared.fn) for lin in qm.linears]
+        before = (len(packs), len(made))
+        qm.prepare(M)
+        assert (len(packs), len(made)) == before      # nothing packed or regenerated again
+        assert all(lin.prepared.fn.packed is pw for lin, pw in zip(qm.linears, packed))
+        assert M == 1 or all(r() is None for r in old)   # the previous step's prepared fn is gone
+        for lin, pw in zip(qm.linears, packed):
+            fresh = get("triton")(Problem(M, lin.K, lin.N, p, real_make(lin), "cpu", tune_per_path=0))
+            fw = fresh.fn.packed
+            assert fw is not pw and len(fw.parts) == len(pw.parts)
+            assert all(torch.equal(a, b) for a, b in zip(fw.parts, pw.parts))
+            assert torch.equal(fw.scales, pw.scales) and torch.equal(fw.zeros, pw.zeros)
+            assert (fw.fold, fw.tn, fw.tkw, fw.group) == (pw.fold, pw.tn, pw.tkw, pw.group)
+            assert lin.config() == fresh.config_for(M) == tm.config_str(tm.choose_config(M, pw))
+            x = torch.randn(M, lin.K, generator=torch.Generator().manual_seed(M)).half()
+            assert torch.equal(lin.prepared.fn(x), fresh.fn(x))
+    assert [lin.config().split(":")[0] for lin in qm.linears] == ["deq_mm"] * n
+    assert len(packs) == 4 * n                        # only the fresh prepares above packed again

@@ -4,7 +4,8 @@ Every decoder linear (qkv, o, gate_up, down; fused the way vLLM fuses them, so t
 those of harness/shapes.py and of the kernel-level rows) becomes a `FusedLinear` that calls one
 implementation of harness/impls.py (`cublas` for dense f16/bf16, `triton`'s `triton_lowbit`,
 `tilus`, `native` (our CUDA C++ kernels), `torch_int4`, ...), prepared once per batch size (`native`:
-once, its prepared fn serves every batch size). Its weight is drawn once from a normal
+once, its prepared fn serves every batch size; `triton`: packed once per linear, its config chosen per
+batch size). Its weight is drawn once from a normal
 init (std = the config's initializer_range) and, for a low-bit precision, quantized with
 kernels.lowbit.formats.quantize (round to nearest; per-group scales and zero points as kernels/lowbit
 computes them). The dense decoder weights are never materialized as a whole: the HF model is built
@@ -111,13 +112,19 @@ class FusedLinear(nn.Module):
         return self._weight if self._weight is not None else self.make_weight()
 
     def prepare(self, M: int, seconds=None, tune_per_path: int = 0) -> float:
-        """Prepare the implementation for batch size M (once per M); returns the seconds it took."""
+        """Prepare the implementation for batch size M (once per M); returns the seconds it took.
+
+        An implementation whose prepared fn carries `packed` (the weight in its own layout, which does not
+        depend on M: triton's) gets that back instead of the weight, so it chooses the config for M without
+        packing again (nor regenerating a weight that was not kept). It is this linear's own: one impl,
+        precision and weight for the linear's life, freed with the model build; the only copy alive."""
         if self.prepared is not None and (self.prepared_M == M or self.any_m):
             self.prepared_M = M
             return 0.0
+        packed = getattr(self.prepared.fn, "packed", None) if self.prepared is not None else None
         self.prepared = None                           # one prepared copy of the weight at a time
         t0 = time.perf_counter()
-        w = self.weight()
+        w = packed if packed is not None else self.weight()
         self.prepared = get(self.impl)(Problem(M, self.K, self.N, self.precision, w, self.device,
                                                seconds=seconds, tune_per_path=tune_per_path))
         self.prepared_M = M

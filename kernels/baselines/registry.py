@@ -16,7 +16,9 @@ Each implementation registers, in one place, beside its code::
 all repacking, compiling and tuning (``seconds(fn) -> float`` is the caller's timer for
 autotuners, None where there is none); it raises ``kernels.Unavailable`` when its package or
 GPU is missing and ``kernels.Unsupported`` only for what a package refuses at run time.
-``fn`` may carry ``fn.config`` (str) or ``fn.chosen_config(M)``.
+``fn`` may carry ``fn.config`` (str) or ``fn.chosen_config(M)``, and ``fn.packed``: the weight in the
+implementation's own layout, which does not depend on M; handed back as ``weight``, it prepares another M
+without packing again (``triton_lowbit``).
 
 Pure compute: nothing here knows about the harness (harness/impls.py adapts it).
 """

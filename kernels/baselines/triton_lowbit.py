@@ -17,19 +17,22 @@ def supports(case):
 
 @register("triton_lowbit", supports=supports, tolerance=None)
 def prepare_triton_lowbit(qw, act_dtype, M=1, seconds=None, tune_per_path=2, **hints):
+    """qw: the canonical QuantizedWeight, packed here into the kernel layout, or a PreparedWeight already in
+    that layout (``fn.packed`` of an earlier prepare of the same weight), used as it is: the layout does not
+    depend on M, only the config chosen below does."""
     import torch
 
     from kernels.baselines._common import act_dtype_of
     from kernels.lowbit import triton_matmul as tm
 
-    pw = tm.prepare(qw)
+    pw = qw if isinstance(qw, tm.PreparedWeight) else tm.prepare(qw)
     if seconds and tune_per_path > 0:     # a small recorded space: the first candidates of each path
         cands, per = [], {}
-        for c in tm.configs_for(M, qw.K, qw.N, qw.fmt, pw.group):
+        for c in tm.configs_for(M, pw.K, pw.N, pw.fmt, pw.group):
             per[c.path] = per.get(c.path, 0) + 1
             if per[c.path] <= tune_per_path:
                 cands.append(c)
-        x0 = torch.randn(M, qw.K, dtype=act_dtype_of(act_dtype), device=qw.packed.device)
+        x0 = torch.randn(M, pw.K, dtype=act_dtype_of(act_dtype), device=pw.device)
         cfg = tm.autotune(x0, pw, seconds, cands)
         desc = f"{tm.config_str(cfg)} | tuned: {tm.tuning_summary(M, pw)}"
     else:
@@ -40,4 +43,5 @@ def prepare_triton_lowbit(qw, act_dtype, M=1, seconds=None, tune_per_path=2, **h
         return tm.lowbit_matmul(x, pw, cfg)
 
     run.config = desc
+    run.packed = pw           # what a prepare for another M of this weight takes instead of packing it again
     return run
