@@ -318,8 +318,8 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
   uint32_t cphase = 0;  // variant 3: the slot's mbarrier phase this use waits for
   // two records per stage in the steady loop: wait -> compute, and compute -> the next stage's wait (or -> output,
   // which ends in -> wait, or in output's exit at the range's end).  Every block has a stage (the launcher's grid is
-  // at most the stages), and an unconditional enter keeps the record count a multiple of 2 at every stage's top, so
-  // the compiler drops the batch test of the first record of a stage.
+  // at most the stages), so the first enter needs no test.  (Both records of a stage keep their batch test: the
+  // output stages' third record changes the count's parity, so the compiler cannot fold either.)
   prof.enter(S_WAIT);
   for (int f = f_begin; f < f_end; ++f) {
     cp_async_wait<S - 2>();
