@@ -74,9 +74,7 @@ def main(argv=None) -> int:
             kname, kmodes, extra = "lowbit", list(LOWBIT_PROF_MODES), {"variant": LOWBIT_VARIANTS[name]}
         inputs = nk.make_inputs(kname, "llm", "cuda", seed=0, **extra)
         ref = nk.reference(kname, inputs).double()
-        sizes = {m: nk.buffer_words(kname, inputs, a.buffer_records, m if kname == "lowbit" else "staged")
-                 for m in kmodes}
-        words, blocks, warps = max(sizes.values())
+        words, blocks, warps = max(nk.buffer_words(kname, inputs, a.buffer_records, m) for m in kmodes)
         buf = torch.zeros(words, dtype=torch.int32, device="cuda")
         runs = {"plain": lambda: nk.run(kname, inputs)}
         for m in kmodes:

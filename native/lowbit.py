@@ -128,6 +128,13 @@ def _mt(pw: PackedWeight, M: int) -> int:
 DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3}   # native/include/lowbit_kernel.cuh (GemvParams::variant)
 PROF_VARIANTS = {0, 1, 3}                                # those with an instrumented build (native/include/lowbit_launch.cuh)
 PROF_MODES = {"staged": 1, "warp0": 2}                   # its instrumentation modes (INSTR_MODE_* of instrument.cuh)
+
+
+def prof_mode(mode: str) -> int:
+    """The instrumented build's mode id (PROF_MODES); Unsupported for a mode it is not built in."""
+    if mode not in PROF_MODES:
+        raise Unsupported(f"the instrumented low-bit kernel is built for modes {list(PROF_MODES)}, not {mode!r}")
+    return PROF_MODES[mode]
 VARIANT_NAMES = {v: k for k, v in DECODE_VARIANTS.items()}
 TUNED_RECIPES = LL.TUNED                                  # f16 recipes built with variants lean / lean3 too
 BULK_RECIPES = LL.BULK                                    # f16 recipes built with variant bulk (TUNED + other 5-8 bit)
@@ -223,8 +230,7 @@ class LowbitMatmul:
         mode `mode` (PROF_MODES: staged, or warp0 -- only warp 0 of a block records, so the buffer must start
         zeroed: clear=False only for timing loops): (y, profile buffer as an int32 cuda tensor of
         buffer_words(...) words)."""
-        if mode not in PROF_MODES:
-            raise Unsupported(f"the instrumented low-bit kernel is built for modes {list(PROF_MODES)}, not {mode!r}")
+        pm = prof_mode(mode)
         x = self._x(x)
         if not self.decode_ok(x.shape[0]):
             raise Unsupported("the instrumented low-bit kernel is the decode kernel (M <= 16)")
@@ -237,14 +243,13 @@ class LowbitMatmul:
             raise ValueError(f"profile buffer: {words} int32 words on {self.dev} needed")
         elif clear:
             buffer[:words].zero_()
-        pm = PROF_MODES[mode]
         y = self._gemv(x, buffer, buffer_records, grid=self.grid_for(x.shape[0], prof=pm), pmode=pm)
         return y, buffer[:words]
 
     def buffer_words(self, M: int, buffer_records: int, mode: str = "staged") -> int:
         """Words of the profile buffer of an instrumented launch in `mode` (its grid: that build's occupancy)."""
         from native.decode import block_words
-        return self.grid_for(M, prof=PROF_MODES[mode]) * block_words(WARPS_PER_BLOCK, buffer_records)
+        return self.grid_for(M, prof=prof_mode(mode)) * block_words(WARPS_PER_BLOCK, buffer_records)
 
     # -- prefill -----------------------------------------------------------------------------
     def _prefill(self, x: torch.Tensor) -> torch.Tensor:

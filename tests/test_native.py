@@ -153,6 +153,18 @@ def test_staged_flush_writes_what_direct_mode_writes(capacity, batch, iters):
         assert np.array_equal(got, slots)
 
 
+def assert_model_writes_what_direct_mode_writes(model, capacity, nw, iters, wrap=True):
+    """model(events, warp, begin_stamp, end_stamp) -> the words a device design leaves in one warp's region; they
+    must be those of one store per record (decode.encode) for every warp of a synthetic block."""
+    blocks = make_blocks(1, nw, iters, wrap=wrap)
+    direct = D.encode(blocks, capacity=capacity, num_warps=nw)
+    stride = D.WARP_HEADER_WORDS + capacity * D.RECORD_WORDS
+    for w, events in enumerate(blocks[0]["warps"]):
+        wb = D.BLOCK_HEADER_WORDS + w * stride
+        got = model(events, w, int(direct[wb + 2]), int(direct[wb + 3]))
+        assert got is not None and np.array_equal(direct[wb:wb + stride], got)
+
+
 def staged_end_single_store(events, capacity, batch, warp, begin_stamp, end_stamp):
     """Profiler::end()'s short path (count < BATCH, count <= capacity): lane l writes 8-byte word pair l of
     [warp header | records]: lanes 0-1 the header, lane 2 + i record i.  None when the path does not apply."""
@@ -172,15 +184,10 @@ def staged_end_single_store(events, capacity, batch, warp, begin_stamp, end_stam
 def test_staged_single_store_end_writes_what_direct_mode_writes(capacity, iters):
     """A warp with fewer than BATCH records writes header + records with one store at end(): the same
     words as the direct mode (decode.encode), so the decoder's output is unchanged."""
-    nw = 3
-    blocks = make_blocks(1, nw, iters, wrap=False)
-    direct = D.encode(blocks, capacity=capacity, num_warps=nw)
-    stride = D.WARP_HEADER_WORDS + capacity * D.RECORD_WORDS
-    for w, events in enumerate(blocks[0]["warps"]):
-        wb = D.BLOCK_HEADER_WORDS + w * stride
-        got = staged_end_single_store(events, capacity, 16, w, int(direct[wb + 2]), int(direct[wb + 3]))
-        assert got is not None and len(events) < 16
-        assert np.array_equal(direct[wb:wb + stride], got)
+    def model(events, w, begin, end):
+        assert len(events) < 16
+        return staged_end_single_store(events, capacity, 16, w, begin, end)
+    assert_model_writes_what_direct_mode_writes(model, capacity, 3, iters, wrap=False)
     # a warp without records: its header only
     empty = staged_end_single_store([], capacity, 16, 5, 7, 9)
     assert list(empty[:4]) == [5, 0, 7, 9] and not empty[4:].any()
@@ -227,14 +234,8 @@ def test_register_batches_write_what_direct_mode_writes(capacity, batch, iters):
     """The staged mode's register batches leave the same words as one store per record (decode.encode): warp header
     and every retained record, whatever the capacity the launchers accept, so the decoder's output is the same in
     every mode."""
-    nw = 2
-    blocks = make_blocks(1, nw, iters, wrap=True)
-    direct = D.encode(blocks, capacity=capacity, num_warps=nw)
-    stride = D.WARP_HEADER_WORDS + capacity * D.RECORD_WORDS
-    for w, events in enumerate(blocks[0]["warps"]):
-        wb = D.BLOCK_HEADER_WORDS + w * stride
-        got = register_batch_warp(events, capacity, batch, w, int(direct[wb + 2]), int(direct[wb + 3]))
-        assert np.array_equal(direct[wb:wb + stride], got)
+    assert_model_writes_what_direct_mode_writes(
+        lambda events, w, begin, end: register_batch_warp(events, capacity, batch, w, begin, end), capacity, 2, iters)
     empty = register_batch_warp([], capacity, batch, 5, 7, 9)  # a warp without records: header only
     assert list(empty[:4]) == [5, 0, 7, 9] and not empty[4:].any()
 
