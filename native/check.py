@@ -12,6 +12,10 @@
    output is beyond the activation dtype's range (f8e7m0 with f16) is skipped with the reason
    (unrepresentable), not failed.
 2. the instrumented decode kernel (f16 u4): the decoded profile (scopes, dropped records).
+   The row kernels (native softmax, layer_norm) at widths 1 .. 8192 -- multiples of 8 (the 16-byte path), odd
+   widths and rows that start off a 16-byte boundary (the 2-byte path) -- plain and in every instrumentation
+   mode, against float64 on fresh random inputs, and each instrumented launch's profile decoded (no missing
+   block, no unmatched record, the records every block should hold).
 3. timing (CUDA events, 256 MB L2 flush, median of 30): decode at K = 8192, N = 57344 for the
    fig10 formats, M = 1 and 16, and prefill at M = 2048 against torch.matmul on the f16 weight;
    fraction of the floor = (weight + scale bytes) / (4 GiB read bandwidth measured here).
@@ -147,6 +151,62 @@ def profiled():
             "scopes": p.scope_totals()}
 
 
+# (rows, cols, offset): offset > 0 starts the rows `offset` fp16 values past a 16-byte boundary
+ROW_CASES = [(3, 1, 0), (5, 7, 0), (4, 100, 0), (7, 1000, 0), (3, 4104, 0), (9, 8192, 0), (2, 8191, 0),
+             (6, 1000, 1), (4, 8192, 3)]
+
+
+def _row_inputs(name: str, rows: int, cols: int, offset: int, seed: int) -> dict:
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def t(shape, scale=1.0, shift=0.0):  # fp16 values `offset` elements into a fresh allocation
+        n = math.prod(shape)
+        buf = torch.empty(n + offset, dtype=torch.float16, device="cuda")
+        buf[offset:] = (torch.randn(n, generator=g, device="cuda") * scale + shift).half()
+        return buf[offset:].view(shape)
+    if name == "softmax":
+        return {"x": t((rows, cols), 3.0)}
+    return {"x": t((rows, cols), 1.5, 0.3), "weight": t((cols,), 0.2, 1.0), "bias": t((cols,), 0.1), "eps": 1e-5}
+
+
+def _row_reference(name: str, inp: dict) -> torch.Tensor:
+    x = inp["x"].double()
+    if name == "softmax":
+        return torch.softmax(x, dim=-1)
+    return torch.nn.functional.layer_norm(x, (x.shape[1],), inp["weight"].double(), inp["bias"].double(), inp["eps"])
+
+
+def row_kernels():
+    """The native row kernels against float64 (ROW_CASES x plain and every mode) and their decoded profiles."""
+    from native import decode
+    from native import native_kernels as nk
+    out = []
+    for name in ("softmax", "layer_norm"):
+        for rows, cols, offset in ROW_CASES:
+            inp = _row_inputs(name, rows, cols, offset, seed=len(out))
+            ref = _row_reference(name, inp)
+            for mode in (None, *nk.MODES):
+                case = {"kernel": name, "rows": rows, "cols": cols, "offset": offset, "mode": mode or "plain"}
+                try:
+                    y, raw = nk.run(name, inp, instrument=mode is not None, buffer_records=16, mode=mode or "staged")
+                    torch.cuda.synchronize()
+                    case["err"] = rel_err(y, ref)
+                    ok = case["err"] <= TOL[torch.float16]
+                    if raw is not None:
+                        p = decode.decode(raw, nk.SCOPES[name], kernel=nk.KERNEL_NAMES[name])
+                        counts = {k: int(v.get("count", 0)) for k, v in p.scope_totals().items()}
+                        recording = rows * (1 if mode == "warp0" else nk.THREADS[name] // 32)
+                        case.update(missing_blocks=p.missing_blocks, unmatched=p.unmatched, dropped=p.dropped,
+                                    counts=counts)
+                        ok = ok and p.missing_blocks == 0 and p.unmatched == 0 and p.dropped == 0 and \
+                            counts == {s: recording for s in nk.SCOPES[name]}
+                    case["ok"] = ok
+                except Exception as e:  # noqa: BLE001
+                    case.update(ok=False, error=_error(e))
+                out.append(case)
+    return out
+
+
 def _time(fn, samples=30):
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     fn()
@@ -224,6 +284,13 @@ def main(argv=None):
     print(f"correctness: {len(cases) - len(bad) - len(skipped)}/{len(cases) - len(skipped)} ok "
           f"({len(skipped)} skipped) in {time.time() - t1:.1f} s; worst rel err "
           + ", ".join(f"{k[0]}/{k[1]} {v:.2e}" for k, v in sorted(worst.items())), flush=True)
+    rows = row_kernels()
+    bad += [c for c in rows if not c["ok"]]
+    for c in rows:
+        if not c["ok"]:
+            print("FAIL", json.dumps(c, default=str), flush=True)
+    print(f"row kernels (softmax, layer_norm): {sum(c['ok'] for c in rows)}/{len(rows)} ok; worst rel err "
+          f"{max(c.get('err', math.inf) for c in rows):.2e}", flush=True)
     prof = None
     try:
         prof = profiled()
@@ -238,7 +305,7 @@ def main(argv=None):
         tim = timing()
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"cases": cases, "profiled": prof, "timing": tim}, f, indent=1, default=str)
+            json.dump({"cases": cases, "row_kernels": rows, "profiled": prof, "timing": tim}, f, indent=1, default=str)
     print(f"total {time.time() - t0:.1f} s")
     return 1 if bad or not prof.get("ok") else 0
 

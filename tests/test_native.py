@@ -30,17 +30,25 @@ def test_compile_check_with_local_nvcc():
         assert "with_mode<INSTR_LAUNCH_MODES>" in src, f
     # the instrumentation must not cost occupancy: every instrumented build of a 256-thread suite kernel keeps
     # the plain build's blocks per SM (layer_norm's staged build once took 82 registers against the plain 79:
-    # 2 blocks per SM instead of 3, and 1.59x the plain time on the H200)
+    # 2 blocks per SM instead of 3, and 1.59x the plain time on the H200). The row kernels (softmax, layer_norm)
+    # are built twice, for 16-byte and 2-byte accesses (row_io.cuh VEC = 8 / 1, their last template argument):
+    # each instrumented build against the plain build of its VEC.
     for f in ("matmul.cu", "softmax.cu", "layer_norm.cu"):
         assert re.search(r"THREADS = 256\b", (build.ROOT / "kernels" / f).read_text()), f
         regs = build.kernel_registers(res[f][1])
-        # plain / instrumented entry points: kernel<false> / kernel<true, MODE>, or (layer_norm) *_plain / *_prof<MODE>
-        plain = [r for n, r in regs.items() if "ILb0E" in n or "_plainE" in n]
-        prof = {n: r for n, r in regs.items() if "ILb1E" in n or "_profI" in n}
-        assert len(plain) == 1 and len(prof) == 8, (f, regs)   # INSTR_LAUNCH_MODES: 3 + 4 diagnostic + staged_v1
-        want = build.blocks_per_sm(plain[0], 256)
-        got = {n: build.blocks_per_sm(r, 256) for n, r in prof.items()}
-        assert all(b >= want for b in got.values()), (f, plain[0], want, prof, got)
+        vecs = ("",) if f == "matmul.cu" else ("1", "8")
+
+        def vec(name):
+            return "" if f == "matmul.cu" else re.search(r"Li(\d+)EEEv", name).group(1)
+        for v in vecs:
+            # plain / instrumented entry points: kernel<false, ...> / kernel<true, MODE, ...>, or (layer_norm)
+            # *_plain / *_prof<MODE, ...>
+            plain = [r for n, r in regs.items() if ("ILb0E" in n or "_plainI" in n or "_plainE" in n) and vec(n) == v]
+            prof = {n: r for n, r in regs.items() if ("ILb1E" in n or "_profI" in n) and vec(n) == v}
+            assert len(plain) == 1 and len(prof) == 8, (f, v, regs)  # INSTR_LAUNCH_MODES: 3 + 4 diagnostic + staged_v1
+            want = build.blocks_per_sm(plain[0], 256)
+            got = {n: build.blocks_per_sm(r, 256) for n, r in prof.items()}
+            assert all(b >= want for b in got.values()), (f, v, plain[0], want, prof, got)
 
 
 def test_blocks_per_sm():

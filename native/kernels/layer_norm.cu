@@ -1,20 +1,23 @@
-// Native LayerNorm forward (affine), fp16 in/out, fp32 statistics: one 256-thread block per row,
-// row kept in registers (cols <= 8192). Scopes: 0 load, 1 stats (mean, variance), 2 normalize_store.
+// Native LayerNorm forward (affine), fp16 in/out, fp32 statistics: one 256-thread block per row, row kept in
+// registers as loaded (fp16, converted at each use: half the registers of fp32), cols <= 8192; 16 bytes per access
+// where cols % 8 == 0 and the rows, weight and bias are 16-byte aligned, 2 bytes otherwise (row_io.cuh).
+// Scopes: 0 load, 1 stats (mean, variance), 2 normalize_store.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include "instrument.cuh"
 #include "launchers.h"
+#include "row_io.cuh"
 
 namespace {
 constexpr int THREADS = 256, ITEMS = 32;
-// Registers of the instrumented builds: the plain kernel takes 79 (80 allocated x 256 threads: 3 blocks per
-// SM); unbounded, the staged build took 82 and warp0 85 (2 blocks per SM: 1.59x / 1.71x the plain time on the
-// H200, 1 Dec 2026). __launch_bounds__(THREADS, 3) held them to 3 blocks but made ptxas re-load every
-// kernel parameter from the constant bank at each use (70-74 registers, +30% instructions; the plain
-// kernel under the same bound: 1200 instructions against 912) and cost as much as it saved (staged
-// 1.29x, direct 1.30 -> 1.46x). __maxnreg__ caps the registers without that rematerialisation (staged:
-// 71 registers, 1376 instructions against 1352 unbounded). The plain kernel keeps the compiler's choice.
-constexpr int PROF_MAX_REGS = 80;
+// Registers of the instrumented builds: capped at the plain kernel's count (__maxnreg__), so that both run as many
+// blocks per SM (sm_90, 256 threads: 6 blocks per SM at <= 40 registers, 4 at <= 64). Unbounded, the header's registers
+// cost occupancy (1 Dec 2026, the fp32-row kernel: staged 82 and warp0 85 registers against the plain 79, 2 blocks per
+// SM instead of 3: 1.59x / 1.71x the plain time), and __launch_bounds__(THREADS, blocks) made ptxas re-load every
+// kernel parameter from the constant bank at each use (+30% instructions); __maxnreg__ caps them without that.
+// The plain kernel keeps the compiler's choice: 40 registers with 16-byte chunks, 56 with 2-byte ones (fp16 row).
+template <int VEC>
+constexpr int PROF_MAX_REGS = VEC == 8 ? 40 : 64;
 enum { S_LOAD = 0, S_STATS = 1, S_NORM_STORE = 2 };
 
 __device__ __forceinline__ float block_sum(float v, float *smem) {
@@ -30,55 +33,84 @@ __device__ __forceinline__ float block_sum(float v, float *smem) {
   return v;
 }
 
-template <bool PROF, int MODE>
+template <bool PROF, int MODE, int VEC>
 __device__ __forceinline__ void layer_norm_body(const half *__restrict__ x, const half *__restrict__ w,
                                                 const half *__restrict__ b, half *__restrict__ y, int cols, float eps,
                                                 uint32_t *prof_buf, uint32_t cap) {
+  constexpr int CHUNKS = ITEMS / VEC;
   __shared__ float red[THREADS / 32];
   instr::FlatProfiler<PROF, MODE, 8, true> prof;  // batch in shared memory: at 80 registers the held stamp spilled
   prof.begin(prof_buf, cap);
   const size_t base = (size_t)blockIdx.x * cols;
-  float v[ITEMS];
+  row_io::Chunk<VEC> v[CHUNKS];
   prof.enter(S_LOAD);
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int c = threadIdx.x + i * THREADS;
-    v[i] = c < cols ? __half2float(x[base + c]) : 0.f;
+  for (int j = 0; j < CHUNKS; ++j) {  // past the row's end: zeros (the sum needs no test)
+    const int c = row_io::chunk_col<VEC, THREADS>(j);
+    v[j].load_or(x + base + c, c < cols, row_io::F16_ZERO);
   }
   prof.next(S_LOAD, S_STATS);
   float s = 0.f;
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) s += v[i];
+  for (int j = 0; j < CHUNKS; ++j) {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) s += v[j].get(e);
+  }
   const float mean = block_sum(s, red) / cols;
   float q = 0.f;
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int c = threadIdx.x + i * THREADS;
-    const float d = c < cols ? v[i] - mean : 0.f;
-    q += d * d;
+  for (int j = 0; j < CHUNKS; ++j) {
+    const int c = row_io::chunk_col<VEC, THREADS>(j);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      const float d = c < cols ? v[j].get(e) - mean : 0.f;
+      q += d * d;
+    }
   }
   const float rstd = rsqrtf(block_sum(q, red) / cols + eps);
   prof.next(S_STATS, S_NORM_STORE);
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int c = threadIdx.x + i * THREADS;
-    if (c < cols) y[base + c] = __float2half((v[i] - mean) * rstd * __half2float(w[c]) + __half2float(b[c]));
+  for (int j = 0; j < CHUNKS; ++j) {
+    const int c = row_io::chunk_col<VEC, THREADS>(j);
+    if (c < cols) {
+      row_io::Chunk<VEC> wc, bc;
+      wc.load(w + c);
+      bc.load(b + c);
+      float o[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) o[e] = (v[j].get(e) - mean) * rstd * wc.get(e) + bc.get(e);
+      row_io::store<VEC>(y + base + c, o);
+    }
   }
   prof.exit(S_NORM_STORE);
   prof.end();
 }
 
+template <int VEC>
 __global__ void __launch_bounds__(THREADS) layer_norm_plain(const half *__restrict__ x, const half *__restrict__ w,
                                                             const half *__restrict__ b, half *__restrict__ y,
                                                             int cols, float eps) {
-  layer_norm_body<false, INSTR_MODE_STAGED>(x, w, b, y, cols, eps, nullptr, 0);
+  layer_norm_body<false, INSTR_MODE_STAGED, VEC>(x, w, b, y, cols, eps, nullptr, 0);
 }
 
-template <int MODE>
-__global__ void __maxnreg__(PROF_MAX_REGS)  // (not combinable with __launch_bounds__)
+template <int MODE, int VEC>
+__global__ void __maxnreg__(PROF_MAX_REGS<VEC>)  // (not combinable with __launch_bounds__)
     layer_norm_prof(const half *__restrict__ x, const half *__restrict__ w, const half *__restrict__ b,
                     half *__restrict__ y, int cols, float eps, uint32_t *prof_buf, uint32_t cap) {
-  layer_norm_body<true, MODE>(x, w, b, y, cols, eps, prof_buf, cap);
+  layer_norm_body<true, MODE, VEC>(x, w, b, y, cols, eps, prof_buf, cap);
+}
+
+template <int VEC>
+int launch(const half *x, const half *w, const half *b, half *y, int rows, int cols, float eps, uint32_t *prof,
+           uint32_t capacity, int mode, cudaStream_t s) {
+  if (!prof) {
+    layer_norm_plain<VEC><<<rows, THREADS, 0, s>>>(x, w, b, y, cols, eps);
+  } else if (capacity < INSTR_MIN_CAPACITY || !instr::with_mode<INSTR_LAUNCH_MODES>(mode, [&](auto m) {
+               layer_norm_prof<decltype(m)::value, VEC><<<rows, THREADS, 0, s>>>(x, w, b, y, cols, eps, prof, capacity);
+             })) {
+    return (int)cudaErrorInvalidValue;
+  }
+  return (int)cudaGetLastError();
 }
 }  // namespace
 
@@ -87,12 +119,7 @@ int native_layer_norm_f16(const void *x, const void *w, const void *b, void *y, 
   if (cols > THREADS * ITEMS || cols <= 0) return (int)cudaErrorInvalidValue;
   auto s = static_cast<cudaStream_t>(stream);
   const half *xx = (const half *)x, *ww = (const half *)w, *bb = (const half *)b;
-  if (!prof) {
-    layer_norm_plain<<<rows, THREADS, 0, s>>>(xx, ww, bb, (half *)y, cols, eps);
-  } else if (capacity < INSTR_MIN_CAPACITY || !instr::with_mode<INSTR_LAUNCH_MODES>(mode, [&](auto m) {
-               layer_norm_prof<decltype(m)::value><<<rows, THREADS, 0, s>>>(xx, ww, bb, (half *)y, cols, eps, prof, capacity);
-             })) {
-    return (int)cudaErrorInvalidValue;
-  }
-  return (int)cudaGetLastError();
+  half *yy = (half *)y;
+  return row_io::vec_ok(cols, {x, w, b, y}) ? launch<8>(xx, ww, bb, yy, rows, cols, eps, prof, capacity, mode, s)
+                                            : launch<1>(xx, ww, bb, yy, rows, cols, eps, prof, capacity, mode, s);
 }
