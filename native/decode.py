@@ -18,11 +18,12 @@ import numpy as np
 
 MAGIC = 0x54534E49
 BLOCK_HEADER_WORDS = 16
-WARP_HEADER_WORDS = 4
+WARP_HEADER_WORDS = 8              # [0] warp [1] count [2] begin [3] end stamp [4..7] 0: one 32-byte sector
 RECORD_WORDS = 2
 END_FLAG = 0x80000000
 NEXT_FLAG = 0x40000000          # a transition record: leave scope (bits 15..29), enter scope (bits 0..14)
 MIN_CAPACITY = 16               # records per warp the launchers accept at least (one register batch); any decodes
+CAPACITY_ALIGN = 4              # ... and a multiple of it (4 records: one 32-byte sector)
 FLAG_GLOBALTIMER = 1
 M32 = 0xFFFFFFFF
 UNKNOWN_SCOPE = "<dropped>"

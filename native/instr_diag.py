@@ -41,11 +41,14 @@ def main(argv=None) -> int:
     from native.tune import _check_json_path
     try:
         _check_json_path(a.json)
-        from native.decode import MIN_CAPACITY
-        for flag, v, lo in (("--rounds", a.rounds, 1), ("--samples", a.samples, 1),
-                            ("--buffer-records", a.buffer_records, MIN_CAPACITY)):
+        from native.native_kernels import check_capacity
+        for flag, v, lo in (("--rounds", a.rounds, 1), ("--samples", a.samples, 1)):
             if v < lo:
                 raise ValueError(f"{flag} must be >= {lo}, got {v}")
+        try:
+            check_capacity(a.buffer_records)
+        except ValueError as e:
+            raise ValueError(f"--buffer-records: {e}") from None
     except ValueError as e:
         print(f"config error: {e}")
         return 2

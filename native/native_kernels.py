@@ -113,12 +113,13 @@ def buffer_words(name: str, inputs: dict, buffer_records: int, mode: str = "stag
 
 
 def check_capacity(buffer_records: int) -> None:
-    """Records per warp of an instrumented launch: at least one register batch (instrument.cuh INSTR_MIN_CAPACITY,
-    which the launchers enforce too)."""
-    from native.decode import MIN_CAPACITY
-    if isinstance(buffer_records, bool) or not isinstance(buffer_records, int) or buffer_records < MIN_CAPACITY:
-        raise ValueError(f"buffer_records must be an integer >= {MIN_CAPACITY} (one register batch), "
-                         f"got {buffer_records!r}")
+    """Records per warp of an instrumented launch: at least one register batch and a multiple of 4 (instrument.cuh
+    INSTR_MIN_CAPACITY, INSTR_CAPACITY_ALIGN: whole 32-byte sectors per store), which the launchers enforce too."""
+    from native.decode import CAPACITY_ALIGN, MIN_CAPACITY
+    if isinstance(buffer_records, bool) or not isinstance(buffer_records, int) or buffer_records < MIN_CAPACITY \
+            or buffer_records % CAPACITY_ALIGN:
+        raise ValueError(f"buffer_records must be an integer >= {MIN_CAPACITY} (one register batch) and a multiple "
+                         f"of {CAPACITY_ALIGN} (whole 32-byte sectors), got {buffer_records!r}")
 
 
 def mode_id(mode: str) -> int:

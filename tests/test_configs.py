@@ -121,7 +121,9 @@ def test_bad_values_fail_while_planning(overrides, needle):
     (["experiment=proton_fig15", "experiment.params.native_buffer_records=[abc]"],
      "experiment.params.native_buffer_records: 'abc' is not an integer"),
     (["experiment=proton_fig15", "experiment.params.native_buffer_records=[8]"],
-     "experiment.params.native_buffer_records: 8 must be >= 16"),
+     "experiment.params.native_buffer_records: buffer_records must be an integer >= 16"),
+    (["experiment=proton_fig15", "experiment.params.native_buffer_records=[1026]"],
+     "and a multiple of 4 (whole 32-byte sectors), got 1026"),
     (["experiment=proton_fig15", "experiment.params.spin_cycles=abc"], "experiment.params.spin_cycles='abc' is not an integer"),
 ])
 def test_cli_rejects_bad_input_with_valid_choices(args, needle, tmp_path):

@@ -173,15 +173,20 @@ def assert_model_writes_what_direct_mode_writes(model, capacity, nw, iters, wrap
         assert got is not None and np.array_equal(direct[wb:wb + stride], got)
 
 
+HEAD = D.WARP_HEADER_WORDS // 2   # lanes of end()'s store that write the warp header (instrument.cuh Profiler::HEAD)
+
+
 def staged_end_single_store(events, capacity, batch, warp, begin_stamp, end_stamp):
     """Profiler::end()'s short path (count < BATCH, count <= capacity): lane l writes 8-byte word pair l of
-    [warp header | records]: lanes 0-1 the header, lane 2 + i record i.  None when the path does not apply."""
+    [warp header | records]: lanes 0 .. HEAD - 1 the header (warp, count | begin, end | zeros), lane HEAD + i record
+    i, then zero records up to a multiple of 4 (whole sectors).  None when the path does not apply."""
     count = len(events)
     if not (count < batch and count <= capacity):
         return None
     words = np.zeros(D.WARP_HEADER_WORDS + capacity * D.RECORD_WORDS, dtype=np.uint32)
-    lanes = [(warp, count), (begin_stamp & D.M32, end_stamp & D.M32)]
+    lanes = [(warp, count), (begin_stamp & D.M32, end_stamp & D.M32)] + [(0, 0)] * (HEAD - 2)
     lanes += [(D.tag_word(sid, is_end), stamp & D.M32) for sid, is_end, stamp in events]
+    lanes += [(0, 0)] * (-count % D.CAPACITY_ALIGN)
     assert len(lanes) <= 32
     for lane, (a, b) in enumerate(lanes):
         words[2 * lane], words[2 * lane + 1] = a, b
@@ -202,46 +207,60 @@ def test_staged_single_store_end_writes_what_direct_mode_writes(capacity, iters)
 
 
 def register_batch_warp(events, capacity, batch, warp, clock0, end_stamp):
-    """What Profiler<.., INSTR_MODE_STAGED, .., BATCH> (instrument.cuh) leaves in one warp's region: lane 2 + i holds
-    record i of the current batch; a full batch is stored by lanes 2.. at slot (slot0 + i) % capacity (record_offset:
-    one compare and subtract, since capacity >= INSTR_MIN_CAPACITY >= BATCH); end() is one store per lane: lanes 0, 1
-    the warp header, lanes 2.. the unflushed records.  No two lanes of one store may write the same slot (asserted)."""
-    assert capacity >= D.MIN_CAPACITY >= batch
+    """What Profiler<.., INSTR_MODE_STAGED, .., BATCH> (instrument.cuh) leaves in one warp's region: lane HEAD + i
+    holds record i of the current batch; a full batch is stored by lanes HEAD.. at slot (slot0 + i) % capacity
+    (record_offset: one compare and subtract, since capacity >= INSTR_MIN_CAPACITY >= BATCH); end() is one store per
+    lane: lanes 0 .. HEAD - 1 the warp header, lanes HEAD.. the unflushed records, then zero records up to a multiple
+    of 4 in slots that never held a record.  No two lanes of one store may write the same slot, and every store of a
+    ring that has not wrapped writes whole 32-byte sectors (8 words, counted from the block's start: the warp's region
+    starts BLOCK_HEADER_WORDS + warp * (WARP_HEADER_WORDS + 2 * capacity) words into it) -- asserted."""
+    assert capacity >= D.MIN_CAPACITY >= batch and capacity % D.CAPACITY_ALIGN == 0
     words = np.zeros(D.WARP_HEADER_WORDS + capacity * D.RECORD_WORDS, dtype=np.uint32)
+    base = D.BLOCK_HEADER_WORDS + warp * len(words)
     held = [(0, 0)] * 32
     count = slot0 = 0
 
-    def offset(lane, n):
-        i = (lane - 2) & D.M32
+    def offset(lane):
+        i = (lane - HEAD) & D.M32
         s = slot0 + (i & (batch - 1))
         s -= capacity if s >= capacity else 0
         assert s < capacity
-        return i < n, D.WARP_HEADER_WORDS + s * D.RECORD_WORDS
+        return i, D.WARP_HEADER_WORDS + s * D.RECORD_WORDS
 
-    def store(pairs):  # one store instruction: {lane: (word offset, (x, y))}
+    def store(pairs, whole):  # one store instruction: {lane: (word offset, (x, y))}
         offs = [o for o, _ in pairs.values()]
         assert len(offs) == len(set(offs))
         for o, (x, y) in pairs.values():
             words[o], words[o + 1] = x, y
+        if whole:
+            written = {base + o + k for o in offs for k in (0, 1)}
+            assert all({8 * (w // 8) + k for k in range(8)} <= written for w in written), sorted(written)
     for sid, is_end, stamp in events:
-        held[2 + (count & (batch - 1))] = (D.tag_word(sid, is_end), stamp & D.M32)
+        held[HEAD + (count & (batch - 1))] = (D.tag_word(sid, is_end), stamp & D.M32)
         count += 1
         if count & (batch - 1) == 0:
-            store({lane: (o, held[lane]) for lane in range(32) for keep, o in [offset(lane, batch)] if keep})
+            store({lane: (o, held[lane]) for lane in range(32) for i, o in [offset(lane)] if i < batch}, True)
             slot0 += batch
             slot0 -= capacity if slot0 >= capacity else 0
+    n = count & (batch - 1)
     last = {0: (0, (warp, count)), 1: (2, (clock0 & D.M32, end_stamp & D.M32))}
-    last.update({lane: (o, held[lane]) for lane in range(2, 32) for keep, o in [offset(lane, count & (batch - 1))] if keep})
-    store(last)
+    last.update({lane: (2 * lane, (0, 0)) for lane in range(2, HEAD)})
+    for lane in range(HEAD, 32):
+        i, o = offset(lane)
+        if i < n:
+            last[lane] = (o, held[lane])
+        elif i < n + (-n % D.CAPACITY_ALIGN) and count - n + i < capacity:
+            last[lane] = (o, (0, 0))
+    store(last, count <= capacity)
     return words
 
 
-@pytest.mark.parametrize("capacity,batch,iters", [(64, 16, 5), (16, 16, 10), (17, 16, 9), (33, 16, 7), (1024, 16, 1),
-                                                  (1024, 16, 0), (16, 8, 7), (20, 4, 6)])
+@pytest.mark.parametrize("capacity,batch,iters", [(64, 16, 5), (16, 16, 10), (20, 16, 9), (36, 16, 7), (1024, 16, 1),
+                                                  (1024, 16, 0), (16, 8, 7), (20, 4, 6), (1024, 16, 3), (24, 16, 2)])
 def test_register_batches_write_what_direct_mode_writes(capacity, batch, iters):
     """The staged mode's register batches leave the same words as one store per record (decode.encode): warp header
     and every retained record, whatever the capacity the launchers accept, so the decoder's output is the same in
-    every mode."""
+    every mode; and (register_batch_warp asserts it) each store writes whole sectors while the ring has not wrapped."""
     assert_model_writes_what_direct_mode_writes(
         lambda events, w, begin, end: register_batch_warp(events, capacity, batch, w, begin, end), capacity, 2, iters)
     empty = register_batch_warp([], capacity, batch, 5, 7, 9)  # a warp without records: header only
@@ -249,19 +268,24 @@ def test_register_batches_write_what_direct_mode_writes(capacity, batch, iters):
 
 
 def test_capacity_below_one_batch_is_refused_before_launch():
-    """The header's one-wrap slot arithmetic needs capacity >= INSTR_MIN_CAPACITY: every launcher refuses less (the
-    CUDA launchers return cudaErrorInvalidValue; the Python ones raise before any GPU work)."""
+    """The header's one-wrap slot arithmetic needs capacity >= INSTR_MIN_CAPACITY, and whole-sector stores a multiple
+    of INSTR_CAPACITY_ALIGN: every launcher refuses others (the CUDA launchers return cudaErrorInvalidValue; the Python
+    ones raise before any GPU work)."""
     from native import native_kernels as nk
     assert re.search(rf"#define INSTR_MIN_CAPACITY {D.MIN_CAPACITY}\b", HEADER)
+    assert re.search(rf"#define INSTR_CAPACITY_ALIGN {D.CAPACITY_ALIGN}\b", HEADER)
     for f in SUITE_SOURCES:
-        assert "capacity < INSTR_MIN_CAPACITY ||" in (build.ROOT / "kernels" / f).read_text(), f
-    assert "p->prof_cap < INSTR_MIN_CAPACITY" in (build.ROOT / "kernels" / "lowbit_dispatch.cu").read_text()
-    for bad in (0, 8, 15, 16.0, True, "16"):
+        assert "!instr::capacity_ok(capacity) ||" in (build.ROOT / "kernels" / f).read_text(), f
+    assert "!instr::capacity_ok(p->prof_cap)" in (build.ROOT / "kernels" / "lowbit_dispatch.cu").read_text()
+    for bad in (0, 8, 15, 18, 1026, 16.0, True, "16"):
         with pytest.raises(ValueError, match="buffer_records"):
             nk.check_capacity(bad)
     nk.check_capacity(16)
+    nk.check_capacity(20)
     with pytest.raises(ValueError, match=">= 16"):
         nk.run("softmax", {}, instrument=True, buffer_records=8)
+    with pytest.raises(ValueError, match="multiple of 4"):
+        nk.run("softmax", {}, instrument=True, buffer_records=18)
 
 
 @pytest.mark.parametrize("start,dur", [(1000, 5), ((1 << 32) - 700, 10**6), ((7 << 32) + 123, (1 << 32) - 1),
@@ -496,7 +520,9 @@ def test_instr_diag_cli_without_gpu(capsys):
     assert instr_diag.main(["--rounds", "0"]) == 2
     assert "--rounds must be >= 1" in capsys.readouterr().out
     assert instr_diag.main(["--buffer-records", "8"]) == 2
-    assert "--buffer-records must be >= 16" in capsys.readouterr().out
+    assert "--buffer-records: buffer_records must be an integer >= 16" in capsys.readouterr().out
+    assert instr_diag.main(["--buffer-records", "18"]) == 2
+    assert "multiple of 4" in capsys.readouterr().out
     if not torch.cuda.is_available():
         assert instr_diag.main([]) == 2
         assert "unavailable" in capsys.readouterr().out

@@ -108,9 +108,13 @@ class KernelInstrumentation:
             if m not in NATIVE_MODES:
                 raise ConfigError(f"unknown native instrumentation mode {m!r}; valid: {', '.join(NATIVE_MODES)}")
         modes = [_mode_params(dict(m)) for m in (prm.get("modes") or [{}])]
-        from native.decode import MIN_CAPACITY
-        records = list(int_list("experiment.params.native_buffer_records", prm.get("native_buffer_records") or [1024],
-                                MIN_CAPACITY))
+        from native.native_kernels import check_capacity
+        records = list(int_list("experiment.params.native_buffer_records", prm.get("native_buffer_records") or [1024]))
+        for r in records:
+            try:
+                check_capacity(r)
+            except ValueError as e:
+                raise ConfigError(f"experiment.params.native_buffer_records: {e}") from None
         for key, default in (("spin_cycles", 1_000_000), ("samples_plain", 10), ("samples_instrumented", 3)):
             int_value(f"experiment.params.{key}", prm.get(key, default), 1)
 

@@ -12,9 +12,12 @@
 //     [6..7]   clock64 at block start       [8..9]   clock64 at block end
 //     [10..11] %globaltimer at block start  [12..13] %globaltimer at block end   (ns)
 //     [14..15] reserved (0)
-//   then per warp w (INSTR_WARP_HEADER_WORDS = 4 words + capacity records):
+//   then per warp w (INSTR_WARP_HEADER_WORDS = 8 words + capacity records):
 //     [0] warp id   [1] total records written by the warp (may exceed capacity)
-//     [2] low 32 bits of the stamp at begin()   [3] low 32 bits of the stamp at end()
+//     [2] low 32 bits of the stamp at begin()   [3] low 32 bits of the stamp at end()   [4..7] reserved (0)
+//   (a multiple of 4 records per warp -- the launchers refuse others -- keeps every warp header and every 4 slots
+//   on one 32-byte sector: the STAGED / WARP0 stores write whole sectors, which L2 takes without reading the
+//   sector from DRAM first; a partial sector's write missed L2 and waited for that read: native/NOTES.md section 17)
 //   (the block's end time in [8..9] / [12..13] is warp 0's end: end() has no block barrier)
 //     records, INSTR_RECORD_WORDS = 2 words each:
 //       word0 = scope id (bits 0..29) | end flag (bit 31: 1 = exit, 0 = enter), or a transition (bit 30 set, bit 31
@@ -25,12 +28,12 @@
 //     oldest total - capacity records were overwritten; the decoder reports them as dropped.
 //
 // Modes (template parameter MODE; the buffer layout is the same in every mode):
-//   INSTR_MODE_STAGED (default): records are batched BATCH (16) at a time per warp: lane 2 + i of the warp
+//   INSTR_MODE_STAGED (default): records are batched BATCH (16) at a time per warp: lane 4 + i of the warp
 //     holds record i of the current batch in registers (or lane 0 stages the batch in shared memory:
 //     SHARED_BATCH); every BATCH records, and at end(), the batch goes to the global buffer with one
 //     store per lane (consecutive slots).  A record costs a clock read and a predicated register move.
 //     A warp with fewer than BATCH records in all (short kernels) writes its header and records at end()
-//     with one coalesced store (lanes 0-1 header, lanes 2.. records).
+//     with one coalesced store (lanes 0-3 header, lanes 4.. records, padded with zero records to whole sectors).
 //   INSTR_MODE_WARP0: the same, but only warp 0 of each block records; the other warps branch around every
 //     record and end() and write nothing (their warp headers stay zero -- the launcher zeroes the buffer --
 //     which the decoder reads as 0 records): for short kernels, where the header's instructions are the cost.
@@ -47,13 +50,15 @@
 
 #define INSTR_MAGIC 0x54534E49u
 #define INSTR_BLOCK_HEADER_WORDS 16
-#define INSTR_WARP_HEADER_WORDS 4
+#define INSTR_WARP_HEADER_WORDS 8
 #define INSTR_RECORD_WORDS 2
 #define INSTR_END_FLAG 0x80000000u
 #define INSTR_NEXT_FLAG 0x40000000u
 // records per warp of a profile buffer: at least one register batch (the launchers refuse less), so that a batch's
 // slots wrap the circular buffer at most once (record_offset: one compare and subtract)
 #define INSTR_MIN_CAPACITY 16
+// ... and a multiple of this many (one 32-byte sector of records)
+#define INSTR_CAPACITY_ALIGN 4
 #define INSTR_FLAG_GLOBALTIMER 1u
 #define INSTR_MODE_DIRECT 0
 #define INSTR_MODE_STAGED 1
@@ -78,6 +83,11 @@ __host__ __device__ constexpr uint32_t enter_tag(uint32_t id) { return id & ~(IN
 __host__ __device__ constexpr uint32_t exit_tag(uint32_t id) { return (id & ~INSTR_NEXT_FLAG) | INSTR_END_FLAG; }
 __host__ __device__ constexpr uint32_t next_tag(uint32_t from, uint32_t to) {
   return INSTR_NEXT_FLAG | (from & 0x7FFFu) << 15 | (to & 0x7FFFu);
+}
+
+// Records per warp a launcher accepts (it refuses the launch otherwise): at least one register batch, in whole sectors.
+__host__ __device__ constexpr bool capacity_ok(uint32_t capacity) {
+  return capacity >= INSTR_MIN_CAPACITY && capacity % INSTR_CAPACITY_ALIGN == 0;
 }
 
 __host__ __device__ inline uint64_t block_words(uint32_t num_warps, uint32_t capacity) {
@@ -146,7 +156,7 @@ struct Ids {
 // kernel's last store holds the block's slot; and a branch ends ptxas's scheduling region (v1's `if (tid == 0)`
 // in begin() kept the kernel's own address arithmetic below it: first load at instruction 91 against the plain
 // kernel's 45).  So begin() reads the two clocks and nothing else (warp-uniform, into uniform registers: no
-// shared memory, no branch); a record is a clock read and a predicated register move (lane 2 + i holds record i
+// shared memory, no branch); a record is a clock read and a predicated register move (lane 4 + i holds record i
 // of the current batch); a full batch is one store per lane straight from those registers; end() computes the
 // warp header's address and stores header + unflushed records with one store per lane, and warp 0 the block
 // header with one more, from registers (no __syncwarp, no shared loads, no switch over lanes, no division).
@@ -155,7 +165,10 @@ template <bool ENABLED, bool USE_GLOBALTIMER = false, int MODE = INSTR_MODE_STAG
           int BATCH = 16, bool FLAT = false, bool SHARED_BATCH = false>
 struct Profiler {
   static_assert(BATCH >= 1 && BATCH <= INSTR_MIN_CAPACITY && (BATCH & (BATCH - 1)) == 0,
-                "BATCH: a power of two <= 16 (lanes 2 .. BATCH + 1 hold a batch; capacity >= INSTR_MIN_CAPACITY)");
+                "BATCH: a power of two <= 16 (lanes HEAD .. HEAD + BATCH - 1 hold a batch; capacity >= INSTR_MIN_CAPACITY)");
+  static_assert(BATCH % INSTR_CAPACITY_ALIGN == 0, "a full batch is whole sectors");
+  // lanes of end()'s store that write the warp header (one 8-byte pair each); lane HEAD + i holds record i of a batch
+  static constexpr uint32_t HEAD = INSTR_WARP_HEADER_WORDS / 2;
   static_assert(INSTR_MODE_BASE(MODE) != INSTR_MODE_DIRECT, "DIRECT: v1::Profiler");
   static constexpr bool NOSTORE = MODE & INSTR_DIAG_NOSTORE, NOGTIME = MODE & INSTR_DIAG_NOGTIME,
                         NORECORD = MODE & INSTR_DIAG_NORECORD;
@@ -166,7 +179,7 @@ struct Profiler {
   uint32_t count = 0;               // records of this warp so far
   uint32_t slot0 = 0;               // slot of the current batch's first record: (count - count % BATCH) % capacity
   uint32_t clock0 = 0, gtime0 = 0;  // low 32 bits of clock64 / %globaltimer at begin()
-  uint2 held = make_uint2(0u, 0u);  // lane 2 + i: record i of the current batch (tag, stamp)
+  uint2 held = make_uint2(0u, 0u);  // lane HEAD + i: record i of the current batch (tag, stamp)
 
   __device__ __forceinline__ static uint2 (&shared_batch())[MAX_WARPS][BATCH] {
     __shared__ uint2 rec[MAX_WARPS][BATCH];
@@ -197,11 +210,11 @@ struct Profiler {
   __device__ __forceinline__ void put(uint32_t *p, uint2 v) const {
     if (!NOSTORE || buffer == nullptr) store2(p, v.x, v.y);
   }
-  // the record this lane holds (lane 2 + i: record i of the current batch)
+  // the record this lane holds (lane HEAD + i: record i of the current batch)
   __device__ __forceinline__ uint2 held_() const {
     if constexpr (SHARED_BATCH) {
       __syncwarp();  // lane 0's shared stores become visible to the other lanes
-      return shared_batch()[warp_()][(lane_() - 2) & (BATCH - 1)];
+      return shared_batch()[warp_()][(lane_() - HEAD) & (BATCH - 1)];
     } else {
       return held;
     }
@@ -218,21 +231,20 @@ struct Profiler {
     }
   }
 
-  // Word offset from the warp header of the record this lane holds (lane 2 + i: record i of a batch of n), and
-  // whether it is to be stored: slot (slot0 + i) % capacity without a division -- capacity >= INSTR_MIN_CAPACITY >=
-  // BATCH (the launchers refuse less), so the slots of one batch wrap the buffer at most once.
-  __device__ __forceinline__ bool record_offset(uint32_t n, uint32_t &off) const {
-    const uint32_t i = lane_() - 2u;  // lanes 0, 1: wraps to a large value
+  // Word offset from the warp header of the slot of lane HEAD + i (record i of the current batch): slot (slot0 + i) %
+  // capacity without a division -- capacity >= INSTR_MIN_CAPACITY >= BATCH (the launchers refuse less), so the slots
+  // of one batch wrap the buffer at most once; i = lane - HEAD (the header lanes: a large value).
+  __device__ __forceinline__ uint32_t record_offset(uint32_t i) const {
     uint32_t s = slot0 + (i & (BATCH - 1));
     if (s >= capacity) s -= capacity;
-    off = INSTR_WARP_HEADER_WORDS + s * INSTR_RECORD_WORDS;
-    return i < n;
+    return INSTR_WARP_HEADER_WORDS + s * INSTR_RECORD_WORDS;
   }
-  // a full batch: lanes 2 .. BATCH + 1 store their records (consecutive slots, one store per lane)
+  // a full batch: lanes HEAD .. HEAD + BATCH - 1 store their records (consecutive slots, one store per lane: whole
+  // sectors, since slot0 and capacity are multiples of 4)
   __device__ __forceinline__ void flush() {
-    uint32_t off;
+    const uint32_t i = lane_() - HEAD;
     const uint2 h = held_();
-    if (record_offset(BATCH, off)) put(warp_header() + off, h);
+    if (i < BATCH) put(warp_header() + record_offset(i), h);
     slot0 += BATCH;
     if (slot0 >= capacity) slot0 -= capacity;
   }
@@ -246,7 +258,7 @@ struct Profiler {
         if constexpr (SHARED_BATCH) {
           if (lane_() == 0) shared_batch()[warp_()][count & (BATCH - 1)] = make_uint2(tag, t);
         } else {
-          if (lane_() - 2u == (count & (BATCH - 1))) held = make_uint2(tag, t);
+          if (lane_() - HEAD == (count & (BATCH - 1))) held = make_uint2(tag, t);
           // the stamp's select happens here: left to the compiler it sinks to end(), its one use, and keeps every
           // stamp in a register of its own through the kernel (the tag's select may sink: constants in
           // straight-line kernels)
@@ -271,19 +283,24 @@ struct Profiler {
       const uint64_t g = NOGTIME ? 0ull : globaltimer();
       const uint32_t lane = lane_(), warp = warp_();
       uint32_t *const wh = warp_header();
-      // One store per lane: lanes 0, 1 the warp header (warp, count | begin, end stamp), lanes 2.. the records not
-      // flushed yet.  With fewer than BATCH records in all (softmax / layer_norm: 4) that is
-      // one contiguous run from the warp header on.  The words are those one store per record leaves
-      // (decode.encode; tests/test_native.py models this store).
+      // One store per lane: lanes 0 .. HEAD - 1 the warp header (warp, count | begin, end stamp | 0, 0 ...), lanes
+      // HEAD + i the records not flushed yet (i < n), then zero records up to a multiple of 4 -- whole 32-byte
+      // sectors -- where those slots never held a record (record index count - n + i < capacity; in a ring that
+      // has wrapped they hold the oldest records kept, and are left alone).  With fewer than BATCH records in all
+      // (softmax / layer_norm: 4) that is one contiguous run of whole sectors from the warp header on.  The words
+      // are those one store per record leaves, and zeros (decode.encode; tests/test_native.py models this store).
       // (selects, no branch: every lane computes both, so the tail is one straight run to the store)
-      uint32_t roff;
-      const bool rkeep = record_offset(count & (BATCH - 1), roff);
+      const uint32_t n = count & (BATCH - 1), i = lane - HEAD;
+      const uint32_t roff = record_offset(i);
+      const bool rec = i < n, pad = i < ((n + INSTR_CAPACITY_ALIGN - 1) & ~(INSTR_CAPACITY_ALIGN - 1)) &&
+                                    count - n + i < capacity;
       const uint2 h = held_();
-      const bool head = lane < 2;
-      const uint2 v = !head ? h
+      const bool head = lane < HEAD;
+      const uint2 v = rec ? h
                       : lane == 0 ? make_uint2(warp, count)
-                                  : USE_GLOBALTIMER ? make_uint2(gtime0, (uint32_t)g) : make_uint2(clock0, (uint32_t)c);
-      if (head || rkeep) put(wh + (head ? 2 * lane : roff), v);
+                      : lane == 1 ? (USE_GLOBALTIMER ? make_uint2(gtime0, (uint32_t)g) : make_uint2(clock0, (uint32_t)c))
+                                  : make_uint2(0u, 0u);
+      if (head || rec || pad) put(wh + (head ? 2 * lane : roff), v);
       if (warp == 0 && lane < 8) {
         // block header, 8 x 8 bytes: lanes 3..6 the clocks, the start values widened from the low 32 bits kept since
         // begin() -- exact while the block runs < 2^32 cycles / ns, which the decoder assumes anyway (it takes every

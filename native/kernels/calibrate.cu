@@ -29,7 +29,7 @@ int native_calibrate(uint64_t spin_cycles, int blocks, int threads, unsigned lon
   auto s = static_cast<cudaStream_t>(stream);
   if (!prof) {
     calibrate_kernel<false><<<blocks, threads, 0, s>>>(spin_cycles, sink, nullptr, 0);
-  } else if (capacity < INSTR_MIN_CAPACITY || !instr::with_mode<INSTR_LAUNCH_MODES>(mode, [&](auto m) {
+  } else if (!instr::capacity_ok(capacity) || !instr::with_mode<INSTR_LAUNCH_MODES>(mode, [&](auto m) {
                calibrate_kernel<true, decltype(m)::value><<<blocks, threads, 0, s>>>(spin_cycles, sink, prof, capacity);
              })) {
     return (int)cudaErrorInvalidValue;

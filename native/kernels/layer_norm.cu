@@ -105,7 +105,7 @@ int launch(const half *x, const half *w, const half *b, half *y, int rows, int c
            uint32_t capacity, int mode, cudaStream_t s) {
   if (!prof) {
     layer_norm_plain<VEC><<<rows, THREADS, 0, s>>>(x, w, b, y, cols, eps);
-  } else if (capacity < INSTR_MIN_CAPACITY || !instr::with_mode<INSTR_LAUNCH_MODES>(mode, [&](auto m) {
+  } else if (!instr::capacity_ok(capacity) || !instr::with_mode<INSTR_LAUNCH_MODES>(mode, [&](auto m) {
                layer_norm_prof<decltype(m)::value, VEC><<<rows, THREADS, 0, s>>>(x, w, b, y, cols, eps, prof, capacity);
              })) {
     return (int)cudaErrorInvalidValue;

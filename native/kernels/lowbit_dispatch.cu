@@ -38,7 +38,7 @@ const Entry *find(const char *name) {
 int native_lowbit_gemv(const char *recipe, int mt, int out_bf16, int xsplit, int prof, const lowbit::GemvParams *p,
                        int sms, void *stream, int grid, int *grid_used) {
   const Entry *e = find(recipe);
-  if (prof && p->prof_cap < INSTR_MIN_CAPACITY) return (int)cudaErrorInvalidValue;
+  if (prof && !instr::capacity_ok(p->prof_cap)) return (int)cudaErrorInvalidValue;
   return e ? e->gemv(mt, out_bf16 != 0, xsplit != 0, prof, *p, sms, stream, grid, grid_used, false) : -1;
 }
 

@@ -86,7 +86,7 @@ int native_matmul_f16(const void *a, const void *b, float *c, int M, int N, int 
   auto s = static_cast<cudaStream_t>(stream);
   if (!prof) {
     matmul_kernel<false><<<grid, THREADS, 0, s>>>((const half *)a, (const half *)b, c, M, N, K, nullptr, 0);
-  } else if (capacity < INSTR_MIN_CAPACITY || !instr::with_mode<INSTR_LAUNCH_MODES>(mode, [&](auto m) {
+  } else if (!instr::capacity_ok(capacity) || !instr::with_mode<INSTR_LAUNCH_MODES>(mode, [&](auto m) {
                matmul_kernel<true, decltype(m)::value><<<grid, THREADS, 0, s>>>((const half *)a, (const half *)b, c, M, N, K, prof, capacity);
              })) {
     return (int)cudaErrorInvalidValue;

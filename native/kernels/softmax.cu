@@ -79,7 +79,7 @@ template <int VEC>
 int launch(const half *x, half *y, int rows, int cols, uint32_t *prof, uint32_t capacity, int mode, cudaStream_t s) {
   if (!prof) {
     softmax_kernel<false, INSTR_MODE_STAGED, VEC><<<rows, THREADS, 0, s>>>(x, y, cols, nullptr, 0);
-  } else if (capacity < INSTR_MIN_CAPACITY || !instr::with_mode<INSTR_LAUNCH_MODES>(mode, [&](auto m) {
+  } else if (!instr::capacity_ok(capacity) || !instr::with_mode<INSTR_LAUNCH_MODES>(mode, [&](auto m) {
                softmax_kernel<true, decltype(m)::value, VEC><<<rows, THREADS, 0, s>>>(x, y, cols, prof, capacity);
              })) {
     return (int)cudaErrorInvalidValue;
