@@ -390,12 +390,16 @@ def decode(raw, scope_names, kernel: str = "kernel", num_warps: int | None = Non
                    span_start=span_start, span_dur=span_dur, span_path=inv, paths=paths, num_warps=num_warps)
 
 
+def warp_record_counts(raw) -> np.ndarray:
+    """Records each warp wrote (its header's count, which goes on past the capacity), read from the headers only:
+    [valid blocks, warps]."""
+    w = _as_words(raw)
+    nw, cap = int(w[3]), int(w[4])
+    blk = w.reshape(-1, block_words(nw, cap))
+    blk = blk[blk[:, 0] == MAGIC]
+    return blk[:, BLOCK_HEADER_WORDS:].reshape(len(blk), nw, -1)[:, :, 1].astype(np.int64)
+
+
 def dropped_records(raw) -> int:
     """Records lost to overflow, read from the headers only."""
-    w = _as_words(raw)
-    bw = block_words(int(w[3]), int(w[4]))
-    nw, cap = int(w[3]), int(w[4])
-    blk = w.reshape(-1, bw)
-    blk = blk[blk[:, 0] == MAGIC]
-    tot = blk[:, BLOCK_HEADER_WORDS:].reshape(len(blk), nw, -1)[:, :, 1].astype(np.int64)
-    return int(np.maximum(tot - cap, 0).sum())
+    return int(np.maximum(warp_record_counts(raw) - int(_as_words(raw)[4]), 0).sum())

@@ -122,6 +122,16 @@ def check_capacity(buffer_records: int) -> None:
                          f"of {CAPACITY_ALIGN} (whole 32-byte sectors), got {buffer_records!r}")
 
 
+def fitted_capacity(raw) -> int:
+    """The smallest capacity the launchers accept that holds every record of the launch that wrote `raw` (a profile
+    buffer of any capacity: each warp header counts the records written, dropped ones too): the most records a warp
+    wrote, rounded up to whole register batches (>= INSTR_MIN_CAPACITY, a multiple of INSTR_CAPACITY_ALIGN)."""
+    from native.decode import MIN_CAPACITY, warp_record_counts
+    counts = warp_record_counts(raw)
+    most = int(counts.max()) if counts.size else 0
+    return max(MIN_CAPACITY, -(-most // MIN_CAPACITY) * MIN_CAPACITY)
+
+
 def mode_id(mode: str) -> int:
     ids = {**MODES, **AB_MODES, **DIAG_MODES}
     if mode not in ids:

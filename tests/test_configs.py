@@ -106,6 +106,19 @@ def test_bad_values_fail_while_planning(overrides, needle):
     assert needle in str(e.value)
 
 
+def test_proton_fig15_native_buffer_records_auto_and_integers_plan():
+    """native_buffer_records: 'auto' (the default: each kernel's buffer holds what it writes) and accepted integers,
+    one point per value and mode."""
+    cfg = _compose("experiment=proton_fig15", "run.device=cpu", "experiment.params.suite=[]",
+                   "experiment.params.native=[softmax]", "experiment.params.native_modes=[staged]")
+    assert list(cfg.experiment.params.native_buffer_records) == ["auto"]
+    _, _, points = build_context(cfg)
+    assert [dict(p.params).get("buffer_records") for p in points if p.workload == "softmax"] == [None, "auto"]
+    cfg.experiment.params.native_buffer_records = ["auto", 1024]
+    _, _, points = build_context(cfg)
+    assert [dict(p.params).get("buffer_records") for p in points if p.workload == "softmax"] == [None, "auto", 1024]
+
+
 @pytest.mark.parametrize("args,needle", [
     (["experiment=gemm_shapes", "model=llama3_70b,nosuchmodel", "-m"], "unknown model 'nosuchmodel'; valid model choices: gemma2_9b"),
     (["experiment=gemm_shapes", "precision=u9"], "unknown precision 'u9'; valid precision choices: bf16"),
@@ -119,7 +132,7 @@ def test_bad_values_fail_while_planning(overrides, needle):
     (["experiment=tilus_fig12", "experiment.params.decode_repeats=abc"], "decode_repeats='abc' is not an integer"),
     (["experiment=proton_fig8", "experiment.params.K=[abc]"], "experiment.params.K: 'abc' is not a number"),
     (["experiment=proton_fig15", "experiment.params.native_buffer_records=[abc]"],
-     "experiment.params.native_buffer_records: 'abc' is not an integer"),
+     "experiment.params.native_buffer_records: buffer_records must be an integer >= 16"),
     (["experiment=proton_fig15", "experiment.params.native_buffer_records=[8]"],
      "experiment.params.native_buffer_records: buffer_records must be an integer >= 16"),
     (["experiment=proton_fig15", "experiment.params.native_buffer_records=[1026]"],

@@ -147,7 +147,7 @@ def test_proton_fig15_overhead_and_timeline_from_a_decoded_buffer(tmp_path):
     for kernel, plain, inst in (("layer_norm", 0.100, 0.117), ("matmul", 1.50, 1.52), ("native_matmul", 2.0, 2.02)):
         native = kernel.startswith("native_")
         for prof, ms in (("none", plain), ("native" if native else "proton", inst)):
-            prm = dict(size="llm", **({"buffer_records": 8} if native and prof != "none" else {}))
+            prm = dict(size="llm", **({"buffer_records": "auto"} if native and prof != "none" else {}))
             rows.append(row("proton_fig15", "latency_ms", ms, p10=ms * 0.99, p90=ms * 1.01, unit="ms", model="-",
                             workload=kernel.removeprefix("native_"), impl="native" if native else "triton",
                             profiler=prof, params=json.dumps(prm, sort_keys=True)))

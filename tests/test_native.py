@@ -267,6 +267,23 @@ def test_register_batches_write_what_direct_mode_writes(capacity, batch, iters):
     assert list(empty[:4]) == [5, 0, 7, 9] and not empty[4:].any()
 
 
+def test_fitted_capacity_holds_every_record_of_the_probe():
+    """proton_fig15's 'auto' buffer: a probe launch at any capacity counts each warp's records (dropped ones too); the
+    fitted capacity is the most a warp wrote, in whole batches of 16, and a buffer of it drops nothing."""
+    from native import native_kernels as nk
+    ev = lambda n: [(i % 3, i % 2 == 1, 100 + 10 * i) for i in range(n)]  # noqa: E731
+    blocks = [dict(block_id=b, sm_id=0, clock_start=0, clock_end=10**6, gtime_start=0, gtime_end=10**6,
+                   warps=[ev(n) for n in ns]) for b, ns in enumerate([(0, 5), (37, 2)])]
+    probe = D.encode(blocks, capacity=16, num_warps=2)
+    assert D.warp_record_counts(probe).tolist() == [[0, 5], [37, 2]]
+    assert D.dropped_records(probe) == 37 - 16
+    assert nk.fitted_capacity(probe) == 48
+    nk.check_capacity(nk.fitted_capacity(probe))
+    assert D.dropped_records(D.encode(blocks, capacity=48, num_warps=2)) == 0
+    few = [dict(blocks[0], warps=[ev(0), ev(4)])]
+    assert nk.fitted_capacity(D.encode(few, capacity=16, num_warps=2)) == 16
+
+
 def test_capacity_below_one_batch_is_refused_before_launch():
     """The header's one-wrap slot arithmetic needs capacity >= INSTR_MIN_CAPACITY, and whole-sector stores a multiple
     of INSTR_CAPACITY_ALIGN: every launcher refuses others (the CUDA launchers return cudaErrorInvalidValue; the Python

@@ -48,7 +48,8 @@ def _mode_label(params: str) -> str:
         return "default"
     d = {k: v for k, v in json.loads(params).items() if k != "size"}
     if "buffer_records" in d:                   # our native header: staged (default) | warp0 | direct
-        return f"native {d.get('mode', 'direct')}"
+        cap = d["buffer_records"]               # auto (the default) | records per warp
+        return f"native {d.get('mode', 'direct')}" + ("" if cap == "auto" else f" ({cap} records)")
     return ", ".join(f"{k}={v}" for k, v in sorted(d.items())) or "default"
 
 

@@ -109,12 +109,15 @@ class KernelInstrumentation:
                 raise ConfigError(f"unknown native instrumentation mode {m!r}; valid: {', '.join(NATIVE_MODES)}")
         modes = [_mode_params(dict(m)) for m in (prm.get("modes") or [{}])]
         from native.native_kernels import check_capacity
-        records = list(int_list("experiment.params.native_buffer_records", prm.get("native_buffer_records") or [1024]))
-        for r in records:
+        records = prm.get("native_buffer_records") or ["auto"]
+        records = list(records) if isinstance(records, (list, tuple)) else [records]
+        for r in records:   # "auto": each kernel's buffer holds what it writes, no more (native_kernels.fitted_capacity)
+            if r == "auto":
+                continue
             try:
                 check_capacity(r)
             except ValueError as e:
-                raise ConfigError(f"experiment.params.native_buffer_records: {e}") from None
+                raise ConfigError(f"experiment.params.native_buffer_records: {e}; or 'auto'") from None
         for key, default in (("spin_cycles", 1_000_000), ("samples_plain", 10), ("samples_instrumented", 3)):
             int_value(f"experiment.params.{key}", prm.get(key, default), 1)
 
@@ -261,6 +264,9 @@ class KernelInstrumentation:
             return [Metric("latency_ms", t.median_ms, "ms", t.p10_ms, t.p90_ms, t.n, t.sm_clock_mhz),
                     Metric("max_abs_err" if name != "lowbit" else "rel_err", err, "1")]
         records = prm["buffer_records"]
+        if records == "auto":   # a first launch counts the records per warp (every header counts past its capacity)
+            _, probe = nk.run(name, inputs, instrument=True, buffer_records=16, mode=mode)
+            records = nk.fitted_capacity(probe)
         out, raw = nk.run(name, inputs, instrument=True, buffer_records=records, mode=mode)
         err = check(out)
         words, _, _ = nk.buffer_words(name, inputs, records, mode)
@@ -269,7 +275,8 @@ class KernelInstrumentation:
                                            buffer=buf, clear=False, mode=mode), _native_match(name), plain=False)
         prof = dec.decode(raw, nk.SCOPES[name], kernel=nk.KERNEL_NAMES[name])
         ms = [Metric("latency_ms", t.median_ms, "ms", t.p10_ms, t.p90_ms, t.n, t.sm_clock_mhz,
-                     f"buffer_records={records} mode={mode}"),
+                     f"buffer_records={prm['buffer_records']} ({records}) mode={mode}"),
+              Metric("buffer_records", records, "records"),
               Metric("max_abs_err" if name != "lowbit" else "rel_err", err, "1"),
               Metric("dropped_records", prof.dropped, "records"),
               Metric("kernel_span_ms", prof.kernel_span_ns() / 1e6, "ms"),
