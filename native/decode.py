@@ -163,10 +163,13 @@ class Profile:
                                     float(tot[i]) / max(int(nw[i]), 1)}
         return out
 
-    def tree(self, device_info: dict | None = None, device_id: int = 0) -> list:
+    def tree(self, device_info: dict | None = None, device_id: int = 0, exclusive: bool = False) -> list:
         """Hatchet literal in Proton's layout: [ROOT{kernel{scopes...}}, device_info]. Scope nodes carry
         "cycles" (sum over warps and occurrences), "normalized_cycles" (per warp that ran the scope),
-        "count", "device_id", "device_type" (strings; "1" = CUDA as Proton 3.6 writes). Open with proton-viewer."""
+        "count", "device_id", "device_type" (strings; "1" = CUDA as Proton 3.6 writes). exclusive=True: the two
+        time metrics less those of the node's children -- what a hatchet file holds, since hatchet (and so
+        proton-viewer, via update_inclusive_columns) adds the children's values to their parent's; write_tree
+        writes that.  exclusive=False: every node's own totals (scope_totals)."""
         metric = "cycles" if self.timer == "clock" else "time (ns)"
         norm = "normalized_" + metric
         totals = self.scope_totals()
@@ -186,6 +189,12 @@ class Profile:
             t = totals["/".join(path)]
             index[path]["metrics"] = {metric: t[metric], norm: t[norm], "count": t["count"],
                                       "device_id": str(device_id), "device_type": "1"}
+        if exclusive:   # parents first: their children's metrics are still the totals
+            for path in sorted((p for p in index if p), key=len):
+                m = index[path]["metrics"]
+                for c in index[path]["children"]:
+                    for k in (metric, norm):
+                        m[k] = m.get(k, 0) - c["metrics"].get(k, 0)
         root = {"frame": {"name": "ROOT", "type": "function"}, "metrics": {metric: 0, norm: 0},
                 "children": [kern]}
         return [root, device_info if device_info is not None else {}]
@@ -224,7 +233,7 @@ class Profile:
 
     def write_tree(self, path: str, device_info: dict | None = None) -> str:
         with open(path, "w") as f:
-            json.dump(self.tree(device_info), f)
+            json.dump(self.tree(device_info, exclusive=True), f)
         return path
 
     def write_trace(self, path: str, **kw) -> str:

@@ -381,6 +381,27 @@ def test_tree_is_hatchet_literal():
     assert len(gf.graph) >= 5
 
 
+def test_written_tree_reads_back_as_the_totals_in_hatchet(tmp_path):
+    """write_tree stores exclusive time (a scope less its children), because hatchet -- and proton-viewer through
+    update_inclusive_columns -- adds children into parents: read back, every scope's inclusive time is its total
+    (the loop, which holds load and mma, is not counted twice)."""
+    raw = D.encode(make_blocks(2, 2, 3), capacity=64, num_warps=2)
+    p = D.decode(raw, NAMES, "native_matmul")
+    t = p.scope_totals()
+    exc = {c["frame"]["name"]: c for c in p.tree(exclusive=True)[0]["children"][0]["children"]}
+    inner = sum(c["metrics"]["cycles"] for c in exc["loop"]["children"])
+    assert exc["loop"]["metrics"]["cycles"] == t["loop"]["cycles"] - inner == t["loop"]["cycles"] - \
+        t["loop/load"]["cycles"] - t["loop/mma"]["cycles"]
+    assert exc["store"]["metrics"]["cycles"] == t["store"]["cycles"]   # a leaf: its own total
+    hatchet = pytest.importorskip("hatchet")
+    path = p.write_tree(str(tmp_path / "p.hatchet"))
+    gf = hatchet.GraphFrame.from_literal(json.load(open(path))[:1])
+    gf.update_inclusive_columns()
+    inc = {n.frame["name"]: gf.dataframe.loc[n, "cycles (inc)"] for n in gf.graph.traverse()}
+    assert inc["loop"] == pytest.approx(t["loop"]["cycles"]) and inc["load"] == pytest.approx(t["loop/load"]["cycles"])
+    assert inc["native_matmul"] == pytest.approx(t["loop"]["cycles"] + t["store"]["cycles"])
+
+
 def test_chrome_trace():
     nb, nw, it = 2, 3, 2
     raw = D.encode(make_blocks(nb, nw, it), capacity=64, num_warps=nw)
