@@ -118,7 +118,8 @@ class KernelInstrumentation:
                 check_capacity(r)
             except ValueError as e:
                 raise ConfigError(f"experiment.params.native_buffer_records: {e}; or 'auto'") from None
-        for key, default in (("spin_cycles", 1_000_000), ("samples_plain", 10), ("samples_instrumented", 3)):
+        for key, default in (("spin_cycles", 1_000_000), ("samples_plain", 10), ("samples_instrumented", 3),
+                             ("samples_native", 20)):
             int_value(f"experiment.params.{key}", prm.get(key, default), 1)
 
         def pt(kernel, impl, profiler, params=()):
@@ -142,13 +143,15 @@ class KernelInstrumentation:
     def setup(self, ctx: Context) -> list[Metric]:
         return []
 
-    def _time(self, ctx: Context, fn, match, plain: bool):
+    def _time(self, ctx: Context, fn, match, plain: bool, native: bool = False):
         """CUPTI kernel time on the GPU for both variants (Proton post-processes every instrumented
-        launch on the host, so events would time the host); the wall clock on the CPU."""
+        launch on the host, so events would time the host); the wall clock on the CPU.  The native kernels take
+        samples_native samples, plain and instrumented (our header needs no host work per launch)."""
         if ctx.on_cpu:
             return ctx.timer(fn)
         prm = ctx.experiment.params
-        n = int(prm.get("samples_plain", 10) if plain else prm.get("samples_instrumented", 3))
+        n = int(prm.get("samples_native", 20) if native else
+                prm.get("samples_plain", 10) if plain else prm.get("samples_instrumented", 3))
         return device_time(fn, n, match, warm=plain)     # instrumented variants ran once for their check
 
     def run(self, point: Point, ctx: Context) -> list[Metric]:
@@ -260,7 +263,8 @@ class KernelInstrumentation:
         if point.profiler == "none":
             out, _ = nk.run(name, inputs, instrument=False)
             err = check(out)
-            t = self._time(ctx, lambda: nk.run(name, inputs, instrument=False), _native_match(name), plain=True)
+            t = self._time(ctx, lambda: nk.run(name, inputs, instrument=False), _native_match(name), plain=True,
+                           native=True)
             return [Metric("latency_ms", t.median_ms, "ms", t.p10_ms, t.p90_ms, t.n, t.sm_clock_mhz),
                     Metric("max_abs_err" if name != "lowbit" else "rel_err", err, "1")]
         records = prm["buffer_records"]
@@ -272,7 +276,8 @@ class KernelInstrumentation:
         words, _, _ = nk.buffer_words(name, inputs, records, mode)
         buf = torch.zeros(words, dtype=torch.int32, device="cuda")
         t = self._time(ctx, lambda: nk.run(name, inputs, instrument=True, buffer_records=records, host=False,
-                                           buffer=buf, clear=False, mode=mode), _native_match(name), plain=False)
+                                           buffer=buf, clear=False, mode=mode), _native_match(name), plain=False,
+                       native=True)
         prof = dec.decode(raw, nk.SCOPES[name], kernel=nk.KERNEL_NAMES[name])
         ms = [Metric("latency_ms", t.median_ms, "ms", t.p10_ms, t.p90_ms, t.n, t.sm_clock_mhz,
                      f"buffer_records={prm['buffer_records']} ({records}) mode={mode}"),
