@@ -12,7 +12,7 @@ PY := $(PYTHON)
 STAMP :=
 endif
 # every experiment of conf/experiment/ (tests/test_experiments.py checks it), with its default sweep:
-# ~46.8 min on one H200, mostly an estimate from measured spans (README.md, "GPU time of `make reproduce`"), 1.8 over
+# ~44.6 min on one H200, mostly an estimate from measured spans (README.md, "GPU time of `make reproduce`"), under
 # the 45-minute goal. A subset: make reproduce EXPERIMENTS="proton_overhead_sweep proton_noise"
 EXPERIMENTS ?= smoke gemm_shapes tilus_fig10 tilus_fig11 tilus_fig14 proton_fig15 proton_fig8 proton_fig9 proton_fig10 proton_fig12 proton_fig13 proton_overhead_sweep proton_noise tilus_fig12 tilus_fig13
 ARGS ?=

@@ -130,6 +130,7 @@ def test_proton_fig15_native_buffer_records_auto_and_integers_plan():
     # a GPU value that the experiment's `cpu:` block replaces on this machine is still checked
     (["experiment=proton_fig13", "experiment.params.layers=abc"], "layers='abc' must be a positive integer"),
     (["experiment=tilus_fig12", "experiment.params.decode_repeats=abc"], "decode_repeats='abc' is not an integer"),
+    (["experiment=tilus_fig13", "experiment.params.decode_graph_repeats=0"], "decode_graph_repeats=0 must be >= 1"),
     (["experiment=proton_fig8", "experiment.params.K=[abc]"], "experiment.params.K: 'abc' is not a number"),
     (["experiment=proton_fig15", "experiment.params.native_buffer_records=[abc]"],
      "experiment.params.native_buffer_records: buffer_records must be an integer >= 16"),

@@ -65,7 +65,7 @@ SKIP_KEYS = ("impl", "weight_dtype", "phase", "batch", "model")   # what a param
 DEFAULTS = dict(steps=[{"phase": "decode", "batch": 1, "seq_len": 2048},
                        {"phase": "decode", "batch": 16, "seq_len": 2048},
                        {"phase": "prefill", "batch": 1, "seq_len": 2048}],
-                layers=None, cuda_graphs=True, decode_repeats=30, prefill_repeats=10, check_tokens=16,
+                layers=None, cuda_graphs=True, decode_repeats=30, decode_graph_repeats=10, prefill_repeats=10, check_tokens=16,
                 logits_tol=0.1, tune_per_path=0, kernel_rows=[], skip=[], vllm=True, vllm_decode_steps=16,
                 vllm_repeats=5)
 
@@ -83,7 +83,8 @@ class Job:
         unknown = sorted(set(ctx.experiment.params) - set(DEFAULTS))
         if unknown:
             raise ConfigError(f"experiment {ctx.experiment.name}: unknown params {unknown}; valid: {sorted(DEFAULTS)}")
-        for k, lo in (("decode_repeats", 1), ("prefill_repeats", 1), ("check_tokens", 1), ("vllm_repeats", 1),
+        for k, lo in (("decode_repeats", 1), ("decode_graph_repeats", 1), ("prefill_repeats", 1), ("check_tokens", 1),
+                      ("vllm_repeats", 1),
                       ("vllm_decode_steps", 1), ("tune_per_path", 0)):
             int_value(f"experiment.params.{k}", p[k], lo)
         for k in ("cuda_graphs", "vllm"):
@@ -188,7 +189,8 @@ class LlmE2E:
                 mode = "eager"
                 if phase == "decode" and p["cuda_graphs"] and not ctx.on_cpu and kname not in NOT_CAPTURABLE:
                     mode = "cuda_graph"
-                reps = p["decode_repeats"] if phase == "decode" else p["prefill_repeats"]
+                reps = (p["prefill_repeats"] if phase == "prefill" else
+                        p["decode_graph_repeats"] if mode == "cuda_graph" else p["decode_repeats"])
                 reps = job.cpu_repeats or reps
                 params = {"mode": mode, "repeats": int(reps)}
                 if kname == "vllm":
