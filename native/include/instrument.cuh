@@ -164,9 +164,9 @@ struct Ids {
 template <bool ENABLED, bool USE_GLOBALTIMER = false, int MODE = INSTR_MODE_STAGED, int MAX_WARPS = 8,
           int BATCH = 16, bool FLAT = false, bool SHARED_BATCH = false>
 struct Profiler {
-  static_assert(BATCH >= 1 && BATCH <= INSTR_MIN_CAPACITY && (BATCH & (BATCH - 1)) == 0,
-                "BATCH: a power of two <= 16 (lanes HEAD .. HEAD + BATCH - 1 hold a batch; capacity >= INSTR_MIN_CAPACITY)");
-  static_assert(BATCH % INSTR_CAPACITY_ALIGN == 0, "a full batch is whole sectors");
+  // lanes HEAD .. HEAD + BATCH - 1 hold a batch; capacity >= INSTR_MIN_CAPACITY >= BATCH; a full batch is whole sectors
+  static_assert(BATCH >= INSTR_CAPACITY_ALIGN && BATCH <= INSTR_MIN_CAPACITY && (BATCH & (BATCH - 1)) == 0,
+                "BATCH: a power of two, 4 .. 16");
   // lanes of end()'s store that write the warp header (one 8-byte pair each); lane HEAD + i holds record i of a batch
   static constexpr uint32_t HEAD = INSTR_WARP_HEADER_WORDS / 2;
   static_assert(INSTR_MODE_BASE(MODE) != INSTR_MODE_DIRECT, "DIRECT: v1::Profiler");
@@ -298,7 +298,8 @@ struct Profiler {
       const bool head = lane < HEAD;
       const uint2 v = rec ? h
                       : lane == 0 ? make_uint2(warp, count)
-                      : lane == 1 ? (USE_GLOBALTIMER ? make_uint2(gtime0, (uint32_t)g) : make_uint2(clock0, (uint32_t)c))
+                      : lane == 1 ? (USE_GLOBALTIMER ? make_uint2(gtime0, (uint32_t)g)
+                                                     : make_uint2(clock0, (uint32_t)c))
                                   : make_uint2(0u, 0u);
       if (head || rec || pad) put(wh + (head ? 2 * lane : roff), v);
       if (warp == 0 && lane < 8) {
