@@ -167,6 +167,9 @@ def test_proton_fig15_overhead_and_timeline_from_a_decoded_buffer(tmp_path):
     assert "paper GH200" in text and "ours h200 default" in text
     line = [x for x in text.splitlines() if x.startswith("| layer_norm |")][0]
     assert "1.17" in line                     # ours: 0.117 / 0.100; paper GH200: 1.173
+    # the native header's verdict line gives its geomean with the bounds from both timings' p10 / p90:
+    # 2.02 * 0.99 / (2.0 * 1.01) = 0.990 .. 2.02 * 1.01 / (2.0 * 0.99) = 1.030
+    assert "native_matmul 1.010x; geomean 1.010x (0.990-1.030x from the p10/p90 of both timings)" in text
 
 
 def test_every_figure_regenerates_from_the_committed_results(tmp_path):

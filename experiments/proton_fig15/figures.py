@@ -208,12 +208,15 @@ def findings(df):
     for m, g in o[o["profiler"] == "native"].groupby("mode"):
         nat = g.groupby("kernel")["overhead"].median()
         gm = geomean(nat)
+        bounds = g.groupby("kernel")[["lo", "hi"]].median()   # p10 / plain p90 .. p90 / plain p10, per kernel
         missing = sorted(kernels - set(nat.index))
         verdict = (f"the issue-13 target (<= {NATIVE_TARGET}x over the native kernels, the low-bit one included) "
                    f"is {'met' if gm <= NATIVE_TARGET and not missing else 'missed'}"
                    + (f" (not built in this mode: {', '.join(missing)})" if missing else ""))
         out.append(f"Our native header ({m.removeprefix('native ')} mode) on our CUDA kernels: "
-                   f"{listing(f'{k} {v:.3f}x' for k, v in nat.items())}; geomean {gm:.3f}x: {verdict}.")
+                   f"{listing(f'{k} {v:.3f}x' for k, v in nat.items())}; geomean {gm:.3f}x "
+                   f"({geomean(bounds['lo']):.3f}-{geomean(bounds['hi']):.3f}x from the p10/p90 of both timings): "
+                   f"{verdict}.")
     failed = df[(df["status"] != "ok") & (df["profiler"] == "proton")].drop_duplicates("point_hash")
     if len(failed):
         mode = failed["params"].fillna("").map(_mode_label)
