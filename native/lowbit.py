@@ -17,9 +17,12 @@ activations, group sizes that are multiples of 8 or per channel.
   with floats of >= 5 exponent bits (f8e5m2 ...) run on bf16 tensor cores with x split into
   two exact bf16 rows (one more small launch).
 * otherwise ("prefill"): the native dequantize kernel writes W^T in the activation dtype,
-  chunk by chunk of output channels, on a side stream, while cuBLAS (torch.mm) multiplies the
-  previous chunk straight into its columns of a row-major y (leading dimension N; until 1 Dec
-  2026 the product was y^T, returned as a transposed view that the model then had to copy).
+  chunk by chunk of output channels, on a side stream into two buffers shared per device, while
+  cuBLAS (torch.mm) multiplies the previous chunk straight into its columns of a row-major y
+  (leading dimension N; until 1 Dec 2026 the product was y^T, returned as a transposed view that
+  the model then had to copy). The chunking (PREFILL_SCHEDULES: the whole weight, halves, ...,
+  a ramp of growing chunks) is timed on the first call of each (recipe, M, K, N) and the fastest
+  kept ("auto"; `prefill=` fixes one).
 
 The decode kernel's f32 workspace and n-block counters are shared per device and stay zero
 between launches (the kernel re-zeroes what it used); calls must not run concurrently on
@@ -27,6 +30,7 @@ several streams of one device.
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -37,7 +41,15 @@ from native import lowbit_layout as LL
 
 TOLERANCE = None          # the harness's default per activation dtype: products are exact, sums f32
 DECODE_MAX_M = 16
-PREFILL_CHUNKS = 8        # output-channel chunks of the prefill path (dequantize one while cuBLAS runs another)
+# Prefill schedules: the output channels' n-blocks (256 each) cut into chunks; the side stream dequantizes one chunk
+# while cuBLAS multiplies the previous one, so the first chunk's dequantize is exposed, and every chunk is one GEMM
+# of M x chunk width (narrow chunks fill fewer waves of the GPU). Fractions of the weight per chunk; "auto" times
+# them all on the first call of each (recipe, M, K, N) and keeps the fastest (PREFILL_TUNE_ROUNDS rounds).
+PREFILL_SCHEDULES = {"whole": (1,), "halves": (1, 1), "quarters": (1,) * 4, "eighths": (1,) * 8,
+                     "ramp": (1, 1, 2, 4), "ramp16": (1, 1, 2, 4, 8)}
+PREFILL_CHOICES = ("auto", *PREFILL_SCHEDULES)
+PREFILL_CAPTURE_DEFAULT = "eighths"   # under a CUDA-graph capture without a timed choice (the path before 3 Dec)
+PREFILL_TUNE_ROUNDS = 3
 SCOPES = ("wait", "compute", "output")   # instrumented decode kernel (lowbit_kernel.cuh enum)
 WARPS_PER_BLOCK = LL.WARPS
 
@@ -111,6 +123,43 @@ def _workspace(dev: torch.device, floats: int, counters: int):
     return y32, cnt
 
 
+_CHUNK_BUFS: dict = {}
+_PREFILL_TUNED: dict = {}   # _prefill_key -> (schedule name, {name: median ms})
+
+
+def _chunk_buffers(dev: torch.device, dtype: torch.dtype, stream, elems: int) -> list:
+    """The prefill path's two dequantize buffers of a device, dtype and stream (flat; grown, never shrunk).
+    Shared by every weight: a call's side stream first waits for the stream's earlier work (its reads of them)."""
+    key = (dev.index, dtype, stream.cuda_stream)
+    bufs = _CHUNK_BUFS.get(key)
+    if bufs is None or bufs[0].numel() < elems:
+        _CHUNK_BUFS[key] = None
+        bufs = _CHUNK_BUFS[key] = [torch.empty(elems, dtype=dtype, device=dev) for _ in range(2)]
+    return bufs
+
+
+def chunk_sizes(parts: tuple, nblocks: int) -> tuple:
+    """n-blocks per chunk of a schedule's weight fractions `parts` for a weight of `nblocks` n-blocks: at most
+    nblocks chunks (the widest kept), each >= 1 n-block, summing to nblocks, the last chunk taking the rounding."""
+    parts = tuple(parts[-min(len(parts), nblocks):])
+    total = sum(parts)
+    sizes = [max(1, round(nblocks * f / total)) for f in parts[:-1]]
+    while sum(sizes) > nblocks - 1:          # only when rounding up left the last chunk nothing
+        sizes[sizes.index(max(sizes))] -= 1
+    return (*sizes, nblocks - sum(sizes))
+
+
+def prefill_schedules(nblocks: int) -> dict:
+    """The candidate schedules (PREFILL_SCHEDULES) as n-blocks per chunk: name -> chunk_sizes(...), leaving out
+    names whose chunks come out the same as an earlier name's."""
+    out = {}
+    for name, parts in PREFILL_SCHEDULES.items():
+        sched = chunk_sizes(parts, nblocks)
+        if sched not in out.values():
+            out[name] = sched
+    return out
+
+
 def _reset_workspace(dev: torch.device):
     for t in _WORKSPACE.get((dev.type, dev.index), ()):
         t.zero_()
@@ -174,10 +223,14 @@ def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = Fals
 class LowbitMatmul:
     """fn(x) -> y for one packed weight (what `prepare` returns)."""
 
-    def __init__(self, pw: PackedWeight, mod, grid: Optional[int] = None, variant: str = DEFAULT_VARIANT):
+    def __init__(self, pw: PackedWeight, mod, grid: Optional[int] = None, variant: str = DEFAULT_VARIANT,
+                 prefill: str = "auto"):
         if variant not in VARIANT_CHOICES:
             raise ValueError(f"decode variant {variant!r}: one of {list(VARIANT_CHOICES)}")
+        if prefill not in PREFILL_CHOICES:
+            raise ValueError(f"prefill schedule {prefill!r}: one of {list(PREFILL_CHOICES)}")
         self.pw, self.mod, self.grid = pw, mod, grid
+        self.prefill = prefill
         self.variant = variant
         self.dev = pw.words.device
         self.sms = torch.cuda.get_device_properties(self.dev).multi_processor_count
@@ -252,34 +305,73 @@ class LowbitMatmul:
         return self.grid_for(M, prof=prof_mode(mode)) * block_words(WARPS_PER_BLOCK, buffer_records)
 
     # -- prefill -----------------------------------------------------------------------------
-    def _prefill(self, x: torch.Tensor) -> torch.Tensor:
-        """y [M, N] row-major: the weight dequantized chunk by chunk on a side stream (double-buffered) while
-        cuBLAS multiplies the previous chunk into its columns of y (y[:, n0:n1] = x @ chunk^T, written in
-        place with leading dimension N: no transposed result and no copy after it)."""
+    def prefill_schedules(self) -> dict:
+        """The candidate prefill schedules: name -> n-blocks per chunk (PREFILL_SCHEDULES, deduplicated)."""
+        return prefill_schedules(self.pw.L.nblocks)
+
+    def prefill_schedule(self, x: torch.Tensor) -> tuple:
+        """(name, n-blocks per chunk) this call's M runs: the fixed `prefill` choice, or ("auto") the fastest of
+        the candidates timed on the first call at this (recipe, M, K, N) -- whichever measures faster, as the
+        issue asks -- or, inside a CUDA-graph capture (no timing possible), PREFILL_CAPTURE_DEFAULT."""
+        if self.prefill != "auto":
+            return self.prefill, chunk_sizes(PREFILL_SCHEDULES[self.prefill], self.pw.L.nblocks)
+        cands = self.prefill_schedules()
+        key = self._prefill_key(x.shape[0])
+        got = _PREFILL_TUNED.get(key)
+        if got is None:
+            if torch.cuda.is_current_stream_capturing():
+                return PREFILL_CAPTURE_DEFAULT, chunk_sizes(PREFILL_SCHEDULES[PREFILL_CAPTURE_DEFAULT],
+                                                            self.pw.L.nblocks)
+            got = _PREFILL_TUNED[key] = self._tune_prefill(x, cands)
+        return got[0], cands[got[0]]
+
+    def _prefill_key(self, M: int) -> tuple:
+        pw, L = self.pw, self.pw.L
+        return (self.dev.index, pw.rec.name, str(pw.act), M, L.K, L.N, pw.qw.group_size)
+
+    def _tune_prefill(self, x: torch.Tensor, cands: dict) -> tuple:
+        """(fastest name, {name: median ms}): every candidate run PREFILL_TUNE_ROUNDS + 1 times in alternating
+        rounds on this x (the first round warms cuBLAS' heuristics and is dropped), CUDA events."""
+        evs = []
+        for r in range(PREFILL_TUNE_ROUNDS + 1):
+            for name, sched in cands.items():
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                self._prefill(x, sched)
+                b.record()
+                if r:
+                    evs.append((name, a, b))
+        torch.cuda.synchronize(self.dev)
+        ms = {name: statistics.median(a.elapsed_time(b) for n, a, b in evs if n == name) for name in cands}
+        return min(ms, key=ms.get), ms
+
+    def _prefill(self, x: torch.Tensor, sched: Optional[tuple] = None) -> torch.Tensor:
+        """y [M, N] row-major: the weight dequantized chunk by chunk of n-blocks (`sched`) on a side stream into
+        two shared buffers (double-buffered) while cuBLAS multiplies the previous chunk into its columns of y
+        (y[:, n0:n1] = x @ chunk^T, written in place with leading dimension N: no transposed result, no copy)."""
         pw, L, qw = self.pw, self.pw.L, self.pw.qw
+        if sched is None:
+            sched = self.prefill_schedule(x)[1]
         M = x.shape[0]
         y = torch.empty(M, L.N, dtype=pw.act, device=self.dev)
-        per = -(-L.nblocks // PREFILL_CHUNKS)
         main = torch.cuda.current_stream(self.dev)
         if self._side is None:
             self._side = torch.cuda.Stream(self.dev)
         side = self._side
-        side.wait_stream(main)
-        bufs = [torch.empty(per * LL.BN, L.K, dtype=pw.act, device=self.dev) for _ in range(2)]
-        for b in bufs:
-            b.record_stream(side)
+        side.wait_stream(main)   # also orders this call's writes into the shared buffers after earlier reads
+        bufs = _chunk_buffers(self.dev, pw.act, main, max(sched) * LL.BN * L.K)
         zeros = qw.zeros if qw.zeros is not None else self._empty
         group = L.K if L.per_channel else qw.group_size
         done = []
-        for i, nb0 in enumerate(range(0, L.nblocks, per)):
-            nb1 = min(L.nblocks, nb0 + per)
-            n0, n1 = nb0 * LL.BN, min(L.N, nb1 * LL.BN)
-            buf = bufs[i % 2]
+        nb0 = 0
+        for i, nb in enumerate(sched):
+            n0, n1 = nb0 * LL.BN, min(L.N, (nb0 + nb) * LL.BN)
+            buf = bufs[i % 2][:nb * LL.BN * L.K].view(nb * LL.BN, L.K)
             with torch.cuda.stream(side):
                 if i >= 2:
                     side.wait_event(done[i - 2])
-                self.mod.lowbit_dequant(pw.rec.name, pw.words, qw.scales, zeros, buf, L.K, L.N, L.iters, nb0,
-                                        nb1 - nb0, group)
+                self.mod.lowbit_dequant(pw.rec.name, pw.words, qw.scales, zeros, buf, L.K, L.N, L.iters, nb0, nb,
+                                        group)
                 ready = torch.cuda.Event()
                 ready.record(side)
             main.wait_event(ready)
@@ -287,6 +379,7 @@ class LowbitMatmul:
             ev = torch.cuda.Event()
             ev.record(main)
             done.append(ev)
+            nb0 += nb
         return y
 
     # -- call --------------------------------------------------------------------------------
@@ -312,13 +405,23 @@ class LowbitMatmul:
                     f"grid{grid} ({L.nblocks}x{L.iters} stages, stream-K) | dequant {pw.rec.cost()['per_weight']:.2f}"
                     f" instr/weight")
         why = "" if M > DECODE_MAX_M else f" (group size {pw.qw.group_size}: {LL.group_ok(L.K, pw.qw.group_size)})"
-        return f"native dequantize+cublas {pw.rec.name} {PREFILL_CHUNKS} chunks{why}"
+        tuned = _PREFILL_TUNED.get(self._prefill_key(M)) if self.prefill == "auto" else None
+        name = tuned[0] if tuned else (self.prefill if self.prefill != "auto" else None)
+        if name is None:
+            return f"native dequantize+cublas {pw.rec.name} schedule auto (not yet timed at M={M}){why}"
+        sched = chunk_sizes(PREFILL_SCHEDULES[name], L.nblocks)
+        timed = (" | timed ms: " + ", ".join(f"{n} {v:.4g}" for n, v in tuned[1].items())) if tuned else ""
+        return (f"native dequantize+cublas {pw.rec.name} schedule {name} ({len(sched)} chunks of "
+                f"{'/'.join(map(str, sched))} n-blocks){timed}{why}")
 
 
 def prepare(qw, act_dtype, M: int = 1, seconds=None, grid: Optional[int] = None, variant: str = DEFAULT_VARIANT,
-            mod=None, **hints) -> LowbitMatmul:
+            mod=None, prefill: str = "auto", **hints) -> LowbitMatmul:
     """Pack the weight and build the extension; returns fn(x) -> y (raises Unavailable without a
-    Hopper GPU / nvcc, Unsupported for what `supports` rejects)."""
+    Hopper GPU / nvcc, Unsupported for what `supports` rejects). variant: the decode variant (VARIANT_CHOICES);
+    prefill: the prefill schedule (PREFILL_CHOICES; "auto" times the candidates on the first call per M)."""
+    if prefill not in PREFILL_CHOICES:
+        raise ValueError(f"prefill schedule {prefill!r}: one of {list(PREFILL_CHOICES)}")
     from kernels.baselines._common import act_dtype_of
     from native.build import build
     act = act_dtype_of(act_dtype)
@@ -331,4 +434,4 @@ def prepare(qw, act_dtype, M: int = 1, seconds=None, grid: Optional[int] = None,
         raise Unavailable("the native low-bit kernels need a CUDA GPU (their layout, recipes and schedule are "
                           "checked on the CPU by tests/test_native_lowbit.py)")
     mod = mod if mod is not None else build()
-    return LowbitMatmul(pack(qw), mod, grid, variant)
+    return LowbitMatmul(pack(qw), mod, grid, variant, prefill)

@@ -341,6 +341,40 @@ def test_prepare_without_gpu_is_unavailable():
         lowbit.prepare(qw, torch.float16)
 
 
+@pytest.mark.parametrize("nblocks", [1, 2, 3, 5, 7, 14, 56, 224, 1001])
+def test_prefill_schedules_cover_every_n_block(nblocks):
+    cands = lowbit.prefill_schedules(nblocks)
+    assert "whole" in cands and cands["whole"] == (nblocks,)
+    assert len(set(cands.values())) == len(cands)               # no chunking timed twice
+    for name, sched in cands.items():
+        assert sum(sched) == nblocks and min(sched) >= 1, (name, sched)
+        assert len(sched) == min(len(lowbit.PREFILL_SCHEDULES[name]), nblocks)
+    for name, parts in lowbit.PREFILL_SCHEDULES.items():   # a fixed choice is valid even where it was deduplicated
+        sched = lowbit.chunk_sizes(parts, nblocks)
+        assert sum(sched) == nblocks and min(sched) >= 1
+    if nblocks >= 8:   # a ramp's chunks grow: the first (exposed) dequantize is the smallest
+        r = cands.get("ramp", lowbit.chunk_sizes(lowbit.PREFILL_SCHEDULES["ramp"], nblocks))
+        assert list(r) == sorted(r) and r[0] < r[-1]
+
+
+def test_prefill_choice_is_checked_before_gpu_work():
+    qw = random_quantized(256, 256, "u4", 128, torch.float16)
+    with pytest.raises(ValueError, match="prefill schedule 'thirds'"):
+        lowbit.prepare(qw, torch.float16, prefill="thirds")
+
+
+def test_prefill_tune_points_are_checked_before_gpu_work(capsys):
+    from native import prefill_tune
+    assert prefill_tune.parse_points(None) == prefill_tune.DEFAULT_POINTS
+    assert prefill_tune.parse_points("u4,128,1024,512,64") == [("u4", 128, 1024, 512, 64)]
+    for bad, msg in (("u4,128,1024,512", "FMT,GROUP,K,N,M"), ("u4,128,1024,512,8", "M > 16"),
+                     ("u4,x,1024,512,64", "FMT,GROUP,K,N,M")):
+        with pytest.raises(ValueError, match=msg):
+            prefill_tune.parse_points(bad)
+    assert prefill_tune.main(["--points", "u4,100,1024,512,64"]) == 2   # group 100: not a multiple of 8
+    assert "config error" in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------- compile checks
 
 def _need_nvcc():
