@@ -124,6 +124,16 @@ def _workspace(dev: torch.device, floats: int, counters: int):
 
 
 _CHUNK_BUFS: dict = {}
+_DECODE_TUNED: dict = {}    # _decode_key -> (variant number, {variant name: median ms})
+_FLUSH: dict = {}
+
+
+def _flush_buffer(dev: torch.device) -> torch.Tensor:
+    """A buffer of twice the device's L2 size (at least 64 MB) that the decode tuner zeroes before each launch."""
+    if dev.index not in _FLUSH:
+        l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or (50 << 20)
+        _FLUSH[dev.index] = torch.empty(max(2 * l2, 64 << 20) // 4, dtype=torch.int32, device=dev)
+    return _FLUSH[dev.index]
 _PREFILL_TUNED: dict = {}   # _prefill_key -> (schedule name, {name: median ms})
 
 
@@ -198,8 +208,13 @@ BULK_RECIPES = LL.BULK                                    # f16 recipes built wi
 AUTO_VARIANT = {("f16_u1", 2): "base", ("f16_u2", 1): "bulk", ("f16_u2", 2): "bulk",
                 ("f16_u8", 1): "bulk", ("f16_u8", 2): "bulk", ("f16_f6e3m2", 1): "bulk", ("f16_f6e3m2", 2): "bulk",
                 ("f16_u4", 1): "bulk", ("f16_u4", 2): "bulk", ("f16_i4", 1): "bulk", ("f16_i4", 2): "bulk"}
-DEFAULT_VARIANT = "auto"
-VARIANT_CHOICES = ("auto", *DECODE_VARIANTS)
+# "timed" (the default since 3 Dec 2026): the fastest of decode_candidates() timed on the first call at each (recipe,
+# tiles, K, N) -- the static table above is per recipe and tiles only, and e.g. bulk's 4-bit build is 7-12% slower
+# than lean at (8192, 8192) M=16 while faster at most other shapes (section 13) -- auto's choice inside a CUDA-graph
+# capture before any timing.
+DEFAULT_VARIANT = "timed"
+VARIANT_CHOICES = ("timed", "auto", *DECODE_VARIANTS)
+DECODE_TUNE_ROUNDS = 5
 
 
 def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = False) -> int:
@@ -209,6 +224,8 @@ def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = Fals
     base. prof: the instrumented build of that same variant (built for PROF_VARIANTS), so an instrumented call
     times the plain call's kernel plus its records."""
     name = pw.rec.name
+    if variant == "timed":   # without a timing (LowbitMatmul.variant_num holds the timed choices): auto's
+        variant = "auto"
     if variant == "auto":
         variant = AUTO_VARIANT.get((name, mt), "lean" if name in TUNED_RECIPES else "bulk")
     v = DECODE_VARIANTS[variant]
@@ -218,6 +235,17 @@ def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = Fals
         raise Unsupported(f"the instrumented decode kernel is built for the variants "
                           f"{[VARIANT_NAMES[p] for p in sorted(PROF_VARIANTS)]}, not {VARIANT_NAMES[v]!r}")
     return v
+
+
+def decode_candidates(pw: "PackedWeight", mt: int) -> list:
+    """The variant numbers "timed" chooses from with mt tiles: auto's, then base, lean and bulk where this recipe
+    is built with them (each has an instrumented build, so profiled() runs the plain call's kernel)."""
+    out = []
+    for name in ("auto", "base", "lean", "bulk"):
+        v = variant_for(pw, name, mt)
+        if v not in out:
+            out.append(v)
+    return out
 
 
 class LowbitMatmul:
@@ -243,13 +271,52 @@ class LowbitMatmul:
         return M <= DECODE_MAX_M and self.pw.decode_group_ok
 
     def variant_num(self, M: int, prof: bool = False) -> int:
-        """The decode variant (GemvParams::variant) this weight runs at M rows (prof: its instrumented build)."""
+        """The decode variant (GemvParams::variant) this weight runs at M rows (prof: its instrumented build);
+        "timed": the one timed fastest at this (recipe, tiles, K, N), or auto's until it has been timed."""
+        if self.variant == "timed":
+            got = _DECODE_TUNED.get(self._decode_key(M))
+            if got is not None:
+                return got[0]
+            return variant_for(self.pw, "auto", _mt(self.pw, M), prof)
         return variant_for(self.pw, self.variant, _mt(self.pw, M), prof)
 
+    def _decode_key(self, M: int) -> tuple:
+        pw, L = self.pw, self.pw.L
+        return (self.dev.index, pw.rec.name, pw.xsplit, _mt(pw, M), L.K, L.N, pw.qw.group_size, self.grid)
+
+    def decode_candidates(self, M: int) -> list:
+        return decode_candidates(self.pw, _mt(self.pw, M))
+
+    def _tune_decode(self, x: torch.Tensor) -> tuple:
+        """(fastest variant number, {variant name: median ms}): each candidate DECODE_TUNE_ROUNDS times in
+        alternating rounds after a warm-up round, each launch after an L2 flush (a zeroed buffer of twice the
+        L2 size, as the harness's timer flushes), CUDA events."""
+        cands = self.decode_candidates(x.shape[0])
+        flush = _flush_buffer(self.dev)
+        evs = []
+        for r in range(DECODE_TUNE_ROUNDS + 1):
+            for v in cands:
+                flush.zero_()
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                self._gemv(x, v=v)
+                b.record()
+                if r:
+                    evs.append((v, a, b))
+        torch.cuda.synchronize(self.dev)
+        ms = {VARIANT_NAMES[v]: statistics.median(a.elapsed_time(b) for u, a, b in evs if u == v) for v in cands}
+        best = min(cands, key=lambda v: ms[VARIANT_NAMES[v]])
+        return best, ms
+
     def _gemv(self, x: torch.Tensor, prof: Optional[torch.Tensor] = None, cap: int = 0, grid: int = 0,
-              pmode: int = 0):
+              pmode: int = 0, v: Optional[int] = None):
         pw, L = self.pw, self.pw.L
         M = x.shape[0]
+        if v is None:
+            if prof is None and self.variant == "timed" and self._decode_key(M) not in _DECODE_TUNED \
+                    and not torch.cuda.is_current_stream_capturing():
+                _DECODE_TUNED[self._decode_key(M)] = self._tune_decode(x)
+            v = self.variant_num(M, prof is not None)
         y = torch.empty(M, L.N, dtype=pw.act, device=self.dev)
         xin = x
         if pw.xsplit:
@@ -261,7 +328,7 @@ class LowbitMatmul:
                                         pw.words, pw.scales,
                                         pw.stab, xin, y, y32, cnt, M, L.K, L.N, L.Npad, L.iters, L.nblocks,
                                         L.ngroups, pw.slots, self._empty if prof is None else prof, cap, self.sms,
-                                        grid or self.grid or 0, self.variant_num(M, prof is not None))
+                                        grid or self.grid or 0, v)
         except Exception:
             _reset_workspace(self.dev)     # a failed launch may have left partial sums behind
             raise
@@ -289,6 +356,8 @@ class LowbitMatmul:
             raise Unsupported("the instrumented low-bit kernel is the decode kernel (M <= 16)")
         from native.native_kernels import check_capacity
         check_capacity(buffer_records)
+        if self.variant == "timed" and self._decode_key(x.shape[0]) not in _DECODE_TUNED:
+            self._gemv(x)   # time the variants first: the instrumented build is the plain call's variant
         words = self.buffer_words(x.shape[0], buffer_records, mode)
         if buffer is None:
             buffer = torch.zeros(words, dtype=torch.int32, device=self.dev)
@@ -401,6 +470,9 @@ class LowbitMatmul:
             grid = self._grids.get(M) or self.grid_for(M)
             v = self.variant_num(M)
             vname = f" {VARIANT_NAMES[v]}" if v else ""
+            tuned = _DECODE_TUNED.get(self._decode_key(M)) if self.variant == "timed" else None
+            if tuned:
+                vname += " (timed ms: " + ", ".join(f"{n} {t:.4g}" for n, t in tuned[1].items()) + ")"
             return (f"native decode{vname} {pw.rec.name}{' xsplit' if pw.xsplit else ''} mt{_mt(pw, M)} kstep{L.kstep} "
                     f"grid{grid} ({L.nblocks}x{L.iters} stages, stream-K) | dequant {pw.rec.cost()['per_weight']:.2f}"
                     f" instr/weight")

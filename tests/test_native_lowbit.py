@@ -227,8 +227,8 @@ def test_default_variant_per_recipe_and_tiles():
     """The default ("auto", native/NOTES.md sections 9, 12 and 13): bulk for u2, u4, i4, u8 and f6e3m2, base for u1 at M > 8
     (mt2), lean for every other TUNED recipe; base for everything without variants; every variant stays
     selectable."""
-    assert lowbit.DEFAULT_VARIANT == "auto"
-    assert set(lowbit.VARIANT_CHOICES) == {"auto", *lowbit.DECODE_VARIANTS}
+    assert lowbit.DEFAULT_VARIANT == "timed"
+    assert set(lowbit.VARIANT_CHOICES) == {"timed", "auto", *lowbit.DECODE_VARIANTS}
     assert all(name in LL.TUNED and v in lowbit.DECODE_VARIANTS for (name, _), v in lowbit.AUTO_VARIANT.items())
     for fmt, act in [("u1", "f16"), ("u2", "f16"), ("u4", "f16"), ("i4", "f16"), ("u8", "f16"), ("f6e3m2", "f16"),
                      ("u3", "f16"), ("u4", "bf16"), ("f8e5m2", "f16"), ("i8", "f16"), ("f8e4m3", "f16"), ("u5", "f16"),
@@ -241,6 +241,11 @@ def test_default_variant_per_recipe_and_tiles():
             want = (0 if fmt == "u1" and M > 8 else 3 if fmt in ("u2", "u4", "i4", "u8", "f6e3m2") else 1) if tuned else \
                 (3 if bulk else 0)
             assert lowbit.variant_for(pw, "auto", mt) == want, (fmt, act, M)
+            assert lowbit.variant_for(pw, "timed", mt) == want   # before (or without) a timing: auto's choice
+            cands = lowbit.decode_candidates(pw, mt)   # what "timed" times: auto's first, each built, once
+            assert cands[0] == want and len(set(cands)) == len(cands)
+            assert set(cands) == {0} | ({1} if tuned else set()) | ({3} if bulk else set())
+            assert set(cands) <= lowbit.PROF_VARIANTS      # every candidate has an instrumented build
             assert lowbit.variant_for(pw, "base", mt) == 0
             assert lowbit.variant_for(pw, "lean3", mt) == (2 if tuned else 0)
             assert lowbit.variant_for(pw, "bulk", mt) == (3 if bulk else 0)
