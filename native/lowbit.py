@@ -134,6 +134,8 @@ def _flush_buffer(dev: torch.device) -> torch.Tensor:
         l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or (50 << 20)
         _FLUSH[dev.index] = torch.empty(max(2 * l2, 64 << 20) // 4, dtype=torch.int32, device=dev)
     return _FLUSH[dev.index]
+
+
 _PREFILL_TUNED: dict = {}   # _prefill_key -> (schedule name, {name: median ms})
 
 
@@ -292,6 +294,8 @@ class LowbitMatmul:
         alternating rounds after a warm-up round, each launch after an L2 flush (a zeroed buffer of twice the
         L2 size, as the harness's timer flushes), CUDA events."""
         cands = self.decode_candidates(x.shape[0])
+        if len(cands) == 1:          # a recipe built with one variant: nothing to time
+            return cands[0], {}
         flush = _flush_buffer(self.dev)
         evs = []
         for r in range(DECODE_TUNE_ROUNDS + 1):
@@ -471,7 +475,7 @@ class LowbitMatmul:
             v = self.variant_num(M)
             vname = f" {VARIANT_NAMES[v]}" if v else ""
             tuned = _DECODE_TUNED.get(self._decode_key(M)) if self.variant == "timed" else None
-            if tuned:
+            if tuned and tuned[1]:
                 vname += " (timed ms: " + ", ".join(f"{n} {t:.4g}" for n, t in tuned[1].items()) + ")"
             return (f"native decode{vname} {pw.rec.name}{' xsplit' if pw.xsplit else ''} mt{_mt(pw, M)} kstep{L.kstep} "
                     f"grid{grid} ({L.nblocks}x{L.iters} stages, stream-K) | dequant {pw.rec.cost()['per_weight']:.2f}"

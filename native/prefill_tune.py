@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from native.tune import _check_json_path
+from native.tune import _check_json_path, build_or_report
 
 GEMMA = [(3584, 4096), (3584, 2048), (4096, 3584), (3584, 14336), (14336, 3584)]
 QWEN = [(5120, 5120), (5120, 1024), (5120, 27648), (27648, 5120)]
@@ -76,16 +76,12 @@ def main(argv=None):
         print(f"config error: {e}")
         return 2
     from harness.timing import Timer, rel_error
-    from kernels import Unavailable
     from kernels.lowbit.formats import dequantize_ref, random_quantized
     from native.build import build
     t0 = time.time()
-    try:
-        mod = build()
-    except Unavailable as e:
-        print(f"unavailable: {e}")
+    mod = build_or_report(build)
+    if mod is None:
         return 2
-    print(f"built in {time.time() - t0:.1f} s", flush=True)
     timer = Timer(samples=a.samples, warmup_ms=10)
     dt = torch.float16
     rows, bad = [], 0

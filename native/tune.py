@@ -153,6 +153,19 @@ def _point(a, variants, prep, dt) -> int:
     return 1 if bad else 0
 
 
+def build_or_report(builder):
+    """builder()'s extension, its build time printed; None after printing why where it cannot be built here."""
+    from kernels import Unavailable
+    t0 = time.time()
+    try:
+        mod = builder()
+    except Unavailable as e:
+        print(f"unavailable: {e}")
+        return None
+    print(f"built in {time.time() - t0:.1f} s", flush=True)
+    return mod
+
+
 class CleanTimer:
     """harness.timing.Timer's loop with a read-only L2 flush (sum of a 256 MB buffer)."""
 
@@ -203,7 +216,6 @@ def main(argv=None):
         return 2
     t0 = time.time()
     from harness.timing import Timer, measure_read_bandwidth
-    from kernels import Unavailable
     from kernels.lowbit.formats import dequantize_ref, random_quantized
     from native import lowbit
     from native.build import build_tune
@@ -212,12 +224,9 @@ def main(argv=None):
         if v not in lowbit.VARIANT_CHOICES:
             print(f"unknown variant {v!r}: {list(lowbit.VARIANT_CHOICES)}")
             return 2
-    try:
-        mod = build_tune()
-    except Unavailable as e:
-        print(f"unavailable: {e}")
+    mod = build_or_report(build_tune)
+    if mod is None:
         return 2
-    print(f"built in {time.time() - t0:.1f} s", flush=True)
     out = {"variants": variants, "correctness": [], "decode": [], "prefill": [], "diagnostics": {}}
     dt = torch.float16
 
