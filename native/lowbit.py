@@ -48,7 +48,7 @@ DECODE_MAX_M = 16
 PREFILL_SCHEDULES = {"whole": (1,), "halves": (1, 1), "quarters": (1,) * 4, "eighths": (1,) * 8,
                      "ramp": (1, 1, 2, 4), "ramp16": (1, 1, 2, 4, 8)}
 PREFILL_CHOICES = ("auto", *PREFILL_SCHEDULES)
-PREFILL_CAPTURE_DEFAULT = "eighths"   # under a CUDA-graph capture without a timed choice (the path before 3 Dec)
+PREFILL_CAPTURE_DEFAULT = "eighths"   # under a CUDA-graph capture without a timed choice (the path until 2 Dec 2026)
 PREFILL_TUNE_ROUNDS = 3
 SCOPES = ("wait", "compute", "output")   # instrumented decode kernel (lowbit_kernel.cuh enum)
 WARPS_PER_BLOCK = LL.WARPS
@@ -210,7 +210,7 @@ BULK_RECIPES = LL.BULK                                    # f16 recipes built wi
 AUTO_VARIANT = {("f16_u1", 2): "base", ("f16_u2", 1): "bulk", ("f16_u2", 2): "bulk",
                 ("f16_u8", 1): "bulk", ("f16_u8", 2): "bulk", ("f16_f6e3m2", 1): "bulk", ("f16_f6e3m2", 2): "bulk",
                 ("f16_u4", 1): "bulk", ("f16_u4", 2): "bulk", ("f16_i4", 1): "bulk", ("f16_i4", 2): "bulk"}
-# "timed" (the default since 3 Dec 2026): the fastest of decode_candidates() timed on the first call at each (recipe,
+# "timed" (the default since 2 Dec 2026): the fastest of decode_candidates() timed on the first call at each (recipe,
 # tiles, K, N) -- the static table above is per recipe and tiles only, and e.g. bulk's 4-bit build is 7-12% slower
 # than lean at (8192, 8192) M=16 while faster at most other shapes (section 13) -- auto's choice inside a CUDA-graph
 # capture before any timing.
