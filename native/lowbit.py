@@ -150,6 +150,11 @@ def _chunk_buffers(dev: torch.device, dtype: torch.dtype, stream, elems: int) ->
     return bufs
 
 
+def _check_prefill(prefill: str) -> None:
+    if prefill not in PREFILL_CHOICES:
+        raise ValueError(f"prefill schedule {prefill!r}: one of {list(PREFILL_CHOICES)}")
+
+
 def chunk_sizes(parts: tuple, nblocks: int) -> tuple:
     """n-blocks per chunk of a schedule's weight fractions `parts` for a weight of `nblocks` n-blocks: at most
     nblocks chunks (the widest kept), each >= 1 n-block, summing to nblocks, the last chunk taking the rounding."""
@@ -239,6 +244,24 @@ def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = Fals
     return v
 
 
+def _median_ms(calls: dict, rounds: int, before=None, dev=None) -> dict:
+    """{name: median ms} of each call over `rounds` alternating rounds after one warm-up round (dropped), CUDA
+    events around each call; before(): run ahead of each call, outside the events (an L2 flush)."""
+    evs = []
+    for r in range(rounds + 1):
+        for name, call in calls.items():
+            if before is not None:
+                before()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            call()
+            b.record()
+            if r:
+                evs.append((name, a, b))
+    torch.cuda.synchronize(dev)
+    return {name: statistics.median(a.elapsed_time(b) for n, a, b in evs if n == name) for name in calls}
+
+
 def decode_candidates(pw: "PackedWeight", mt: int) -> list:
     """The variant numbers "timed" chooses from with mt tiles: auto's, then base, lean and bulk where this recipe
     is built with them (each has an instrumented build, so profiled() runs the plain call's kernel)."""
@@ -257,8 +280,7 @@ class LowbitMatmul:
                  prefill: str = "auto"):
         if variant not in VARIANT_CHOICES:
             raise ValueError(f"decode variant {variant!r}: one of {list(VARIANT_CHOICES)}")
-        if prefill not in PREFILL_CHOICES:
-            raise ValueError(f"prefill schedule {prefill!r}: one of {list(PREFILL_CHOICES)}")
+        _check_prefill(prefill)
         self.pw, self.mod, self.grid = pw, mod, grid
         self.prefill = prefill
         self.variant = variant
@@ -297,20 +319,9 @@ class LowbitMatmul:
         if len(cands) == 1:          # a recipe built with one variant: nothing to time
             return cands[0], {}
         flush = _flush_buffer(self.dev)
-        evs = []
-        for r in range(DECODE_TUNE_ROUNDS + 1):
-            for v in cands:
-                flush.zero_()
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                self._gemv(x, v=v)
-                b.record()
-                if r:
-                    evs.append((v, a, b))
-        torch.cuda.synchronize(self.dev)
-        ms = {VARIANT_NAMES[v]: statistics.median(a.elapsed_time(b) for u, a, b in evs if u == v) for v in cands}
-        best = min(cands, key=lambda v: ms[VARIANT_NAMES[v]])
-        return best, ms
+        ms = _median_ms({VARIANT_NAMES[v]: (lambda v=v: self._gemv(x, v=v)) for v in cands}, DECODE_TUNE_ROUNDS,
+                        before=flush.zero_, dev=self.dev)
+        return min(cands, key=lambda v: ms[VARIANT_NAMES[v]]), ms
 
     def _gemv(self, x: torch.Tensor, prof: Optional[torch.Tensor] = None, cap: int = 0, grid: int = 0,
               pmode: int = 0, v: Optional[int] = None):
@@ -405,17 +416,8 @@ class LowbitMatmul:
     def _tune_prefill(self, x: torch.Tensor, cands: dict) -> tuple:
         """(fastest name, {name: median ms}): every candidate run PREFILL_TUNE_ROUNDS + 1 times in alternating
         rounds on this x (the first round warms cuBLAS' heuristics and is dropped), CUDA events."""
-        evs = []
-        for r in range(PREFILL_TUNE_ROUNDS + 1):
-            for name, sched in cands.items():
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                self._prefill(x, sched)
-                b.record()
-                if r:
-                    evs.append((name, a, b))
-        torch.cuda.synchronize(self.dev)
-        ms = {name: statistics.median(a.elapsed_time(b) for n, a, b in evs if n == name) for name in cands}
+        ms = _median_ms({name: (lambda s=sched: self._prefill(x, s)) for name, sched in cands.items()},
+                        PREFILL_TUNE_ROUNDS, dev=self.dev)
         return min(ms, key=ms.get), ms
 
     def _prefill(self, x: torch.Tensor, sched: Optional[tuple] = None) -> torch.Tensor:
@@ -482,9 +484,9 @@ class LowbitMatmul:
                     f" instr/weight")
         why = "" if M > DECODE_MAX_M else f" (group size {pw.qw.group_size}: {LL.group_ok(L.K, pw.qw.group_size)})"
         tuned = _PREFILL_TUNED.get(self._prefill_key(M)) if self.prefill == "auto" else None
-        name = tuned[0] if tuned else (self.prefill if self.prefill != "auto" else None)
-        if name is None:
+        if self.prefill == "auto" and tuned is None:
             return f"native dequantize+cublas {pw.rec.name} schedule auto (not yet timed at M={M}){why}"
+        name = tuned[0] if tuned else self.prefill
         sched = chunk_sizes(PREFILL_SCHEDULES[name], L.nblocks)
         timed = (" | timed ms: " + ", ".join(f"{n} {v:.4g}" for n, v in tuned[1].items())) if tuned else ""
         return (f"native dequantize+cublas {pw.rec.name} schedule {name} ({len(sched)} chunks of "
@@ -496,8 +498,7 @@ def prepare(qw, act_dtype, M: int = 1, seconds=None, grid: Optional[int] = None,
     """Pack the weight and build the extension; returns fn(x) -> y (raises Unavailable without a
     Hopper GPU / nvcc, Unsupported for what `supports` rejects). variant: the decode variant (VARIANT_CHOICES);
     prefill: the prefill schedule (PREFILL_CHOICES; "auto" times the candidates on the first call per M)."""
-    if prefill not in PREFILL_CHOICES:
-        raise ValueError(f"prefill schedule {prefill!r}: one of {list(PREFILL_CHOICES)}")
+    _check_prefill(prefill)   # before the build
     from kernels.baselines._common import act_dtype_of
     from native.build import build
     act = act_dtype_of(act_dtype)
