@@ -137,6 +137,41 @@ void lowbit_dequant(const std::string &recipe, at::Tensor wq, at::Tensor scales,
                recipe, "lowbit_dequant");
 }
 
+bool lowbit_fused_built(const std::string &recipe, bool out_bf16) {
+  return native_lowbit_fused(recipe.c_str(), out_bf16, nullptr, nullptr) == 0;
+}
+
+void lowbit_fused(const std::string &recipe, at::Tensor wq, at::Tensor sc, at::Tensor xp, at::Tensor y, int64_t N,
+                  int64_t iters, int64_t nblocks, int64_t ngroups, int64_t group) {
+  check_cuda_contig(wq, "wq");
+  check_cuda_contig(sc, "sc");
+  check_cuda_contig(xp, "xp");
+  check_cuda_contig(y, "y");
+  TORCH_CHECK(xp.dim() == 2 && y.dim() == 2 && y.size(0) == xp.size(0) && y.size(1) == N, "xp [M, Kpad], y [M, N]");
+  TORCH_CHECK(xp.scalar_type() == y.scalar_type(), "xp and y: the activation dtype");
+  TORCH_CHECK(xp.size(1) % 128 == 0 && group % 8 == 0 && group > 0, "Kpad a multiple of 128, group a multiple of 8");
+  lowbit::FusedParams p{};
+  p.wq = wq.data_ptr();
+  p.sc = sc.data_ptr();
+  p.xp = xp.data_ptr();
+  p.y = y.data_ptr();
+  p.M = (int)xp.size(0), p.N = (int)N, p.Kpad = (int)xp.size(1), p.iters = (int)iters, p.nblocks = (int)nblocks;
+  p.ngroups = (int)ngroups, p.group = (int)group;
+  check_lowbit(native_lowbit_fused(recipe.c_str(), y.scalar_type() == at::kBFloat16, &p, cur_stream()), recipe,
+               "lowbit_fused");
+}
+
+void lowbit_xperm(at::Tensor x, at::Tensor xp) {
+  check_cuda_contig(x, "x");
+  check_cuda_contig(xp, "xp");
+  TORCH_CHECK(x.dim() == 2 && xp.dim() == 2 && x.size(0) == xp.size(0) && x.scalar_type() == xp.scalar_type() &&
+                  x.element_size() == 2 && x.size(1) % 8 == 0 && xp.size(1) % 32 == 0 && xp.size(1) >= x.size(1),
+              "xperm: x [M, K] (K % 8 == 0) -> xp [M, Kpad >= K] (Kpad % 32 == 0), 16-bit");
+  check(native_lowbit_xperm(x.data_ptr(), xp.data_ptr(), (int)x.size(0), (int)x.size(1), (int)xp.size(1),
+                            cur_stream()),
+        "lowbit_xperm");
+}
+
 void lowbit_xsplit(at::Tensor x, at::Tensor out) {
   check_cuda_contig(x, "x");
   check_cuda_contig(out, "out");
@@ -154,6 +189,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("lowbit_gemv_grid", &lowbit_gemv_grid);
   m.def("lowbit_dequant", &lowbit_dequant);
   m.def("lowbit_xsplit", &lowbit_xsplit);
+  m.def("lowbit_fused_built", &lowbit_fused_built);
+  m.def("lowbit_fused", &lowbit_fused);
+  m.def("lowbit_xperm", &lowbit_xperm);
   m.def("lowbit_smem_bytes", &lowbit_smem_bytes);
   m.def("matmul", &matmul);
   m.def("softmax", &softmax);

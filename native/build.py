@@ -159,14 +159,16 @@ SUITE_SOURCES = [ROOT / "kernels" / f for f in ("matmul.cu", "softmax.cu", "laye
 
 def tune_sources(out_dir: Path) -> list:
     """The sources of the small tuning extension: bindings, the suite kernels (bindings.cpp binds them), the
-    dispatcher restricted to the TUNED recipes and one generated translation unit per TUNED recipe (all its
-    decode variants and its dequantize kernel), so that the build runs in parallel."""
+    dispatchers restricted to the TUNED recipes and one generated translation unit per TUNED recipe (all its
+    decode variants, its dequantize kernel and its fused prefill kernel), so that the build runs in parallel."""
     from native import lowbit_layout as LL
     out_dir.mkdir(parents=True, exist_ok=True)
-    srcs = [ROOT / "bindings.cpp", *SUITE_SOURCES, ROOT / "kernels" / "lowbit_dispatch.cu"]
+    srcs = [ROOT / "bindings.cpp", *SUITE_SOURCES, ROOT / "kernels" / "lowbit_dispatch.cu",
+            ROOT / "kernels" / "lowbit_fused.cu"]
     for name in LL.TUNED:
         f = out_dir / f"tune_{name}.cu"
-        text = f'#include "lowbit_launch.cuh"\nLOWBIT_DEFINE(rec_{name})\n'
+        text = (f'#include "lowbit_launch.cuh"\n#include "lowbit_fused.cuh"\nLOWBIT_DEFINE(rec_{name})\n'
+                f'LOWBIT_FUSED_DEFINE(rec_{name})\n')
         if not f.exists() or f.read_text() != text:   # unchanged text keeps ninja's cache
             f.write_text(text)
         srcs.append(f)

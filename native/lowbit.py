@@ -47,7 +47,11 @@ DECODE_MAX_M = 16
 # them all on the first call of each (recipe, M, K, N) and keeps the fastest (PREFILL_TUNE_ROUNDS rounds).
 PREFILL_SCHEDULES = {"whole": (1,), "halves": (1, 1), "quarters": (1,) * 4, "eighths": (1,) * 8,
                      "ramp": (1, 1, 2, 4), "ramp16": (1, 1, 2, 4, 8)}
-PREFILL_CHOICES = ("auto", *PREFILL_SCHEDULES)
+# "fused": one launch of the fused kernel (native/include/lowbit_fused.cuh: wgmma with the weights dequantized in
+# registers, no W^T written), where it is built for the recipe (every recipe in its own tensor-core dtype: not the
+# x-split ones); "auto" times it beside the schedules.
+FUSED = "fused"
+PREFILL_CHOICES = ("auto", *PREFILL_SCHEDULES, FUSED)
 PREFILL_CAPTURE_DEFAULT = "eighths"   # under a CUDA-graph capture without a timed choice (the path until 2 Dec 2026)
 PREFILL_TUNE_ROUNDS = 3
 SCOPES = ("wait", "compute", "output")   # instrumented decode kernel (lowbit_kernel.cuh enum)
@@ -282,6 +286,9 @@ class LowbitMatmul:
             raise ValueError(f"decode variant {variant!r}: one of {list(VARIANT_CHOICES)}")
         _check_prefill(prefill)
         self.pw, self.mod, self.grid = pw, mod, grid
+        if prefill == FUSED and not self.fused_ok():
+            raise Unsupported(f"the fused prefill kernel is not built for {pw.rec.name}"
+                              f"{' with x split (f16 activations)' if pw.xsplit else ''}")
         self.prefill = prefill
         self.variant = variant
         self.dev = pw.words.device
@@ -389,14 +396,25 @@ class LowbitMatmul:
         return self.grid_for(M, prof=prof_mode(mode)) * block_words(WARPS_PER_BLOCK, buffer_records)
 
     # -- prefill -----------------------------------------------------------------------------
+    def fused_ok(self) -> bool:
+        """Whether the fused prefill kernel is built for this weight's recipe and dtype (not for x split)."""
+        return (not self.pw.xsplit and hasattr(self.mod, "lowbit_fused_built")
+                and self.mod.lowbit_fused_built(self.pw.rec.name, self.pw.act == torch.bfloat16))
+
     def prefill_schedules(self) -> dict:
-        """The candidate prefill schedules: name -> n-blocks per chunk (PREFILL_SCHEDULES, deduplicated)."""
-        return prefill_schedules(self.pw.L.nblocks)
+        """The candidate prefill paths: name -> n-blocks per chunk (PREFILL_SCHEDULES, deduplicated), and FUSED ->
+        FUSED where the fused kernel is built."""
+        out = prefill_schedules(self.pw.L.nblocks)
+        if self.fused_ok():
+            out[FUSED] = FUSED
+        return out
 
     def prefill_schedule(self, x: torch.Tensor) -> tuple:
         """(name, n-blocks per chunk) this call's M runs: the fixed `prefill` choice, or ("auto") the fastest of
         the candidates timed on the first call at this (recipe, M, K, N) -- whichever measures faster, as the
         issue asks -- or, inside a CUDA-graph capture (no timing possible), PREFILL_CAPTURE_DEFAULT."""
+        if self.prefill == FUSED:
+            return FUSED, FUSED
         if self.prefill != "auto":
             return self.prefill, chunk_sizes(PREFILL_SCHEDULES[self.prefill], self.pw.L.nblocks)
         cands = self.prefill_schedules()
@@ -427,6 +445,8 @@ class LowbitMatmul:
         pw, L, qw = self.pw, self.pw.L, self.pw.qw
         if sched is None:
             sched = self.prefill_schedule(x)[1]
+        if sched == FUSED:
+            return self._fused(x)
         M = x.shape[0]
         y = torch.empty(M, L.N, dtype=pw.act, device=self.dev)
         main = torch.cuda.current_stream(self.dev)
@@ -455,6 +475,16 @@ class LowbitMatmul:
             ev.record(main)
             done.append(ev)
             nb0 += nb
+        return y
+
+    def _fused(self, x: torch.Tensor) -> torch.Tensor:
+        """y [M, N] row-major from the fused kernel: x permuted into the layout's k order (and zero-padded to Kpad)
+        by one small kernel, then one launch of n-blocks x ceil(M / 128) blocks."""
+        pw, L = self.pw, self.pw.L
+        xp = torch.empty(x.shape[0], L.Kpad, dtype=pw.act, device=self.dev)
+        self.mod.lowbit_xperm(x, xp)
+        y = torch.empty(x.shape[0], L.N, dtype=pw.act, device=self.dev)
+        self.mod.lowbit_fused(pw.rec.name, pw.words, pw.scales, xp, y, L.N, L.iters, L.nblocks, L.ngroups, L.group)
         return y
 
     # -- call --------------------------------------------------------------------------------
@@ -487,8 +517,11 @@ class LowbitMatmul:
         if self.prefill == "auto" and tuned is None:
             return f"native dequantize+cublas {pw.rec.name} schedule auto (not yet timed at M={M}){why}"
         name = tuned[0] if tuned else self.prefill
-        sched = chunk_sizes(PREFILL_SCHEDULES[name], L.nblocks)
         timed = (" | timed ms: " + ", ".join(f"{n} {v:.4g}" for n, v in tuned[1].items())) if tuned else ""
+        if name == FUSED:
+            return (f"native fused wgmma prefill {pw.rec.name} ({L.nblocks} n-blocks x {-(-M // 128)} m-tiles of 128)"
+                    f"{timed}{why}")
+        sched = chunk_sizes(PREFILL_SCHEDULES[name], L.nblocks)
         return (f"native dequantize+cublas {pw.rec.name} schedule {name} ({len(sched)} chunks of "
                 f"{'/'.join(map(str, sched))} n-blocks){timed}{why}")
 

@@ -120,3 +120,54 @@ def emulate_gemv(pw, x: torch.Tensor, grid: int, defer: bool = False):
         publish()
     assert not y32.any() and not any(counters), "workspace or counters not left at zero"
     return y[:, :L.N], stats
+
+
+# ----------------------------------------------------------------------------- the fused prefill kernel
+
+def xperm(x: torch.Tensor, Kpad: int) -> torch.Tensor:
+    """lowbit_xperm_kernel on the CPU: x [M, K] -> [M, Kpad], within every 32 k output pair 8r + 4jk + t taken from
+    input pair 4t + 2r + jk (so logical 16r + 8jk + 2t + e holds physical 8t + 4r + 2jk + e), zero past K."""
+    M, K = x.shape
+    xz = torch.zeros(M, Kpad, dtype=x.dtype)
+    xz[:, :K] = x
+    pairs = xz.reshape(M, Kpad // LL.KG, 4, 2, 2, 2)           # [m, c, t, r, jk, e] (input pair 4t + 2r + jk)
+    return pairs.permute(0, 1, 3, 4, 2, 5).reshape(M, Kpad)     # [m, c, r, jk, t, e] (output pair 8r + 4jk + t)
+
+
+def emulate_fused(pw, x: torch.Tensor) -> torch.Tensor:
+    """What lowbit_fused_kernel computes, float64 [M, N] before the final cast, walked the kernel's way: each thread's
+    dequantized registers (the recipe emulation) placed at the wgmma's (row, logical k) -- register 8r + 4nt + 2jk + jn,
+    half e of chunk c of lane 4g + t, warp w = A row 16 (w % 4) + 8 jn + g of tile nt (channel w*32 + nt*16 + 8jn + g),
+    k 16 (2c + r) + 8jk + 2t + e of the stage -- each weight rounded once to the activation dtype after its scale
+    (v * s - round(z * s)), times the permuted x (xperm)."""
+    rec, L = pw.rec, pw.L
+    assert not pw.xsplit and rec.bias == 0
+    act = pw.act
+    fs_per = L.kstep // 128                                     # fused stages (128 k) per layout stage
+    w = pw.words.cpu().to(torch.int64) & 0xFFFFFFFF            # [nb, it, W, vec, 32, 4]
+    w = w.permute(0, 1, 2, 4, 3, 5).reshape(L.nblocks, L.iters, LL.WARPS, 32, L.chunks, rec.bits)
+    vals = torch.from_numpy(LL.emulate_chunk(rec, w.numpy()))   # [nb, it, W, lane, C, 16 pairs, 2 halves]
+    vals = vals.reshape(L.nblocks, L.iters, LL.WARPS, 8, 4, fs_per, 4, 2, 2, 2, 2, 2)
+    #                    nb         it       w         g  t  sub     c  r  nt jk jn e  (pair 8r + 4nt + 2jk + jn)
+    vals = vals.permute(0, 1, 5, 2, 3, 4, 6, 7, 8, 9, 10, 11).reshape(L.nblocks, L.iters * fs_per, LL.WARPS, 8, 4, 4,
+                                                                      2, 2, 2, 2, 2)
+    #                    nb fs w g t c r nt jk jn e
+    # scale groups: thread t of chunk c reads group (fs*128 + 32c + 8t) // group of its channels
+    sc = pw.scales.cpu()                                         # [nb, W, G, nt, g, S] (s_jn0, s_jn1[, z_jn0, z_jn1])
+    fs_idx = torch.arange(L.iters * fs_per)[:, None, None]
+    kphys = fs_idx * 128 + 32 * torch.arange(4)[None, None, :] + 8 * torch.arange(4)[None, :, None]   # [fs, t, c]
+    G = (kphys // L.group).clamp(max=L.ngroups - 1)
+    s = sc[..., 0:2]                                             # [nb, W, G, nt, g, jn]
+    z = sc[..., 2:4] if rec.zero else torch.zeros_like(s)
+    sg = s[:, :, G]                                              # [nb, W, fs, t, c, nt, g, jn]
+    zg = z[:, :, G]
+    nzs = -(zg.double() * sg.double()).to(act).double()          # round(z * s), negated (exact)
+    # to the vals order [nb, fs, W, g, t, c, (r), nt, (jk), jn]
+    sg = sg.permute(0, 2, 1, 6, 3, 4, 5, 7).double()[:, :, :, :, :, :, None, :, None, :, None]
+    nzs = nzs.permute(0, 2, 1, 6, 3, 4, 5, 7)[:, :, :, :, :, :, None, :, None, :, None]
+    wv = (vals * sg + nzs).to(act).double()                      # one rounding per weight (fma)
+    # A[n, k]: n = nb*256 + w*32 + nt*16 + jn*8 + g; logical k = fs*128 + 32c + 16r + 8jk + 2t + e
+    A = wv.permute(0, 2, 7, 9, 3, 1, 5, 6, 8, 4, 10)            # nb w nt jn g | fs c r jk t e
+    A = A.reshape(L.Npad, L.Kpad)
+    xp = xperm(x.detach().cpu(), L.Kpad).double()
+    return (xp @ A.t())[:, :L.N]

@@ -1,6 +1,6 @@
 """GPU comparison of the native prefill schedules against cuBLAS f16 (issue 13), ~2 minutes on an H200.
 
-    python -m native.prefill_tune --json OUT [--points FMT,G,K,N,M[;...]] [--samples 20]
+    python -m native.prefill_tune --json OUT [--points FMT,G,K,N,M[;...]] [--samples 20] [--tune-build]
 
 The prefill path (native/lowbit.py, M > 16) dequantizes the weight chunk by chunk of output channels on a
 side stream while cuBLAS multiplies the previous chunk; PREFILL_SCHEDULES are the chunkings it can run.
@@ -14,7 +14,9 @@ per channel, and the decoder linears of Gemma-2-9B and Qwen2.5-32B at M = 2048 f
    (its bytes: codes + scales + zeros read, K x N x 2 written, over its time), and each schedule;
 3. the choice `auto` makes on that point (its own timing, PREFILL_TUNE_ROUNDS rounds, no flush).
 
-Prints one line per point; --json writes every number.
+Where the fused prefill kernel is built for the recipe (native/include/lowbit_fused.cuh), it is one more candidate
+("fused") in 1-3. --tune-build uses the small extension of native.tune (the TUNED recipes: f16 u1 u2 u4 u8 i4
+f6e3m2) instead of the full one. Prints one line per point; --json writes every number.
 """
 from __future__ import annotations
 
@@ -60,6 +62,7 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     ap.add_argument("--points", default=None, metavar="FMT,G,K,N,M[;...]")
     ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--tune-build", action="store_true", help="the TUNED recipes' extension (faster to build)")
     a = ap.parse_args(argv)
     try:
         points = parse_points(a.points)
@@ -68,18 +71,21 @@ def main(argv=None):
             raise ValueError(f"--samples must be >= 1, got {a.samples}")
         from kernels.baselines import Case
         from native import lowbit
+        from native import lowbit_layout as LL
         for fmt, g, K, N, M in points:
             why = lowbit.supports(Case(fmt, "f16", g, K, N))
             if why:
                 raise ValueError(f"point {fmt},{g},{K},{N},{M}: {why}")
+            if a.tune_build and f"f16_{fmt}" not in LL.TUNED:
+                raise ValueError(f"point {fmt},{g},{K},{N},{M}: --tune-build has the recipes {list(LL.TUNED)} only")
     except ValueError as e:   # before any GPU work: one line naming the value
         print(f"config error: {e}")
         return 2
     from harness.timing import Timer, rel_error
     from kernels.lowbit.formats import dequantize_ref, random_quantized
-    from native.build import build
+    from native.build import build, build_tune
     t0 = time.time()
-    mod = build_or_report(build)
+    mod = build_or_report(build_tune if a.tune_build else build)
     if mod is None:
         return 2
     timer = Timer(samples=a.samples, warmup_ms=10)
@@ -101,7 +107,7 @@ def main(argv=None):
         del ref
         ok = all(e <= TOL for e in errs.values())
         bad += not ok
-        row = dict(fmt=fmt, g=g, K=K, N=N, M=M, schedules={n: list(s) for n, s in cands.items()}, err=errs, ok=ok)
+        row = dict(fmt=fmt, g=g, K=K, N=N, M=M, schedules={n: (list(s) if isinstance(s, tuple) else s) for n, s in cands.items()}, err=errs, ok=ok)
         if ok:
             L = fn.pw.L
             dq_out = torch.empty(L.nblocks * 256, K, dtype=dt, device="cuda")

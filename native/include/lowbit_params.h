@@ -29,6 +29,15 @@ struct DequantParams {
   uint32_t magic;          // the recipe's MAGIC (set by the launcher)
 };
 
+struct FusedParams {      // the fused prefill kernel (lowbit_fused.cuh)
+  const void *wq;          // the packed words (as GemvParams::wq)
+  const void *sc;          // the packed scales (as GemvParams::sc)
+  const void *xp;          // [M][Kpad] x permuted within every 32 k, zero past K (native_lowbit_xperm)
+  void *y;                 // [M][N] output, row-major (activation dtype)
+  int M, N, Kpad, iters, nblocks, ngroups, group;  // iters: the layout's stages; group: k per group (Kpad per channel)
+  uint32_t magic;          // the recipe's MAGIC (set by the launcher)
+};
+
 }  // namespace lowbit
 
 // Host entry points (native/kernels/lowbit_dispatch.cu). Return 0, a cudaError_t, or -1 when the
@@ -40,4 +49,8 @@ int native_lowbit_gemv_grid(const char *recipe, int mt, int out_bf16, int xsplit
                             int sms, int grid);
 int native_lowbit_dequant(const char *recipe, int out_bf16, const lowbit::DequantParams *p, int nblk, void *stream);
 int native_lowbit_xsplit(const void *x, void *out, int n_elem, void *stream);
+// the fused prefill kernel (native/kernels/lowbit_fused.cu): -1 where it is not built for the recipe in that dtype;
+// p == nullptr: 0 where it is built (nothing launched)
+int native_lowbit_fused(const char *recipe, int out_bf16, const lowbit::FusedParams *p, void *stream);
+int native_lowbit_xperm(const void *x, void *xp, int M, int K, int Kpad, void *stream);
 int native_lowbit_smem_bytes(const char *recipe, int MX, int slots, int iters);

@@ -1,0 +1,304 @@
+// lowbit_fused.cuh -- the native fused prefill kernel (issue 13: M >= 2048): y[M, N] = x[M, K] @ dequant(W)[K, N] in
+// one launch on Hopper's warpgroup tensor cores, the weights dequantized in registers in the main loop (wgmma with
+// A from registers), nothing written back to memory but y.
+//
+// y^T = W^T x^T: A = the weight tile, B = x^T.  A block = the layout's n-block (256 output channels: 8 warps x 2 n16
+// tiles, native/lowbit_layout.py) x BM = 128 tokens, two warpgroups of 4 warps.  Each warp dequantizes its own
+// packed words, exactly as the decode kernel does (recipes of lowbit_recipes.cuh: a thread's words are its A
+// fragments), applies its channels' scale (and zero point) in the activation dtype (w = v * s - z * s, one packed
+// fma per pair), and warpgroup w / 4 issues, per n16 tile and k16 block, one wgmma.m64n128k16 with those 4 registers
+// as A: a warpgroup's 4 warps hold A rows 16 * (w % 4) .. +15 of tile nt = channels w * 32 + nt * 16 + 0..15.
+// B = x^T from shared memory in the 128-byte-swizzled K-major layout: x is first permuted within every 32 k
+// (lowbit_xperm_kernel) into the mma's logical k order (the decode layout gives thread t the physical k 8t .. 8t + 7
+// of each 32: logical 16r + 8jk + 2t + e = physical 8t + 4r + 2jk + e), zero-padded to the layout's Kpad.
+//
+// Pipeline: a ring of S stages of FK = 128 k in shared memory (the block's packed words, each thread copying and
+// reading back its own; the x tile, 128 rows x 256 bytes as two swizzled 64-k halves), filled by cp.async S - 2
+// stages ahead; one __syncthreads per stage.  Per 32-k chunk: dequantize into one of two register buffers, fence,
+// 4 wgmma, commit, wait until at most one group is pending -- so the dequantize of chunk c + 1 runs under the wgmma of
+// chunk c, and a ring slot is refilled only after the wgmma that read it (two stages back) completed.
+// Numerics: the same as the dequantize + cuBLAS path up to one rounding: each weight is rounded once to the
+// activation dtype after its scale (fma(v, s, -round(z * s))), products summed in f32 by the tensor cores.
+#pragma once
+#include <cstdint>
+#include "lowbit_common.cuh"
+#include "lowbit_params.h"
+
+namespace lowbit {
+namespace fused {
+
+constexpr int BM = 128;                    // tokens per block (the wgmma's N)
+constexpr int FK = 128;                    // k per pipeline stage: 4 recipe chunks of 32
+constexpr int FCH = FK / KG;
+constexpr int XBYTES = BM * FK * 2;        // x per stage: two swizzled sub-tiles of BM rows x 64 k (128 bytes)
+constexpr int SMEM_LIMIT = 227 * 1024;     // opt-in dynamic shared memory per block on sm_90
+
+__host__ __device__ constexpr int code_bytes(int bits) { return THREADS * bits * 16; }  // bits 16-byte vectors / thread
+__host__ __device__ constexpr int stage_bytes(int bits) { return code_bytes(bits) + XBYTES; }
+__host__ __device__ constexpr int ring_stages(int bits) {
+  return (SMEM_LIMIT - 1024) / stage_bytes(bits) > 6 ? 6 : (SMEM_LIMIT - 1024) / stage_bytes(bits);
+}
+// + 1024: the ring starts at the first 1024-byte boundary (the swizzle atom) of the dynamic shared memory
+__host__ __device__ constexpr int smem_bytes(int bits) { return ring_stages(bits) * stage_bytes(bits) + 1024; }
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart (the leading offset is
+// unused for this layout), start address in 16-byte units
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t saddr) {
+  return (uint64_t)((saddr >> 4) & 0x3FFF) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+// D[64 x 128] (f32, this thread's 64 values) += A[64 x 16] (registers, 4 x f16x2 / bf16x2) * B[16 x 128] (shared
+// memory, descriptor), one warpgroup.  BF16: bf16 operands.
+template <bool BF16>
+__device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                    uint64_t desc) {
+  if constexpr (BF16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
+  }
+}
+
+// packed a * b (+ c) in the activation dtype
+template <bool BF>
+__device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
+  if constexpr (BF) return hfma2_bf16(a, b, c);
+  else return hfma2_f16(a, b, c);
+}
+
+}  // namespace fused
+
+// grid = n-blocks x ceil(M / BM) (the m-tiles of one n-block adjacent, so that its words are read from L2 after the
+// first), THREADS threads, fused::smem_bytes(R::BITS) bytes of dynamic shared memory, one block per SM.
+template <class R>
+__global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_constant__ FusedParams p) {
+  using namespace fused;
+  constexpr int BITS = R::BITS, S = ring_stages(BITS), VEC = (R::KSTEP / KG) * BITS / 4, SUBS = R::KSTEP / FK;
+  constexpr bool BF = R::BF16;
+  constexpr int SW = R::ZERO ? 4 : 2;  // act-dtype values per (group, warp, nt, g): s_g, s_g+8 (, z_g, z_g+8)
+  static_assert(R::BIAS == 0.f, "the fused kernel takes recipes whose deq() gives the exact value");
+  static_assert(S >= 3 && R::KSTEP % FK == 0, "ring");
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int mtiles = (p.M + BM - 1) / BM;
+  const int nb = blockIdx.x / mtiles, m0 = (blockIdx.x % mtiles) * BM;
+  const int fiters = p.Kpad / FK;
+  const uint32_t magic = p.magic;
+
+  // loader: this thread's BITS code vectors per stage (its warp's run of the layout, its lane), 8 x chunks
+  const uint4 *wsrc = static_cast<const uint4 *>(p.wq) + ((size_t)nb * p.iters * WARPS + warp) * (32 * VEC) + lane;
+  const uint32_t cdst = (warp * BITS * 32 + lane) * 16;
+  const int xrow = tid >> 4, xcc = tid & 15;  // rows xrow + 16 i, 16-byte chunk xcc of the stage's 256 bytes
+  const uint32_t xdst = code_bytes(BITS) + (xcc >> 3) * (BM * 128) + xrow * 128 + (((xcc & 7) ^ (xrow & 7)) << 4);
+  const uint16_t *xsrc = static_cast<const uint16_t *>(p.xp) + (size_t)(m0 + xrow) * p.Kpad + xcc * 8;
+  auto load = [&](int fs) {
+    const uint32_t base = ring + (fs % S) * stage_bytes(BITS);
+    const uint4 *src = wsrc + (size_t)(fs / SUBS) * (WARPS * 32 * VEC) + (fs % SUBS) * (BITS * 32);
+#pragma unroll
+    for (int v = 0; v < BITS; ++v) cp_async16(base + cdst + v * 512, src + v * 32, 16);
+#pragma unroll
+    for (int i = 0; i < BM / 16; ++i) {
+      const bool ok = m0 + xrow + 16 * i < p.M;
+      cp_async16(base + xdst + i * 16 * 128, ok ? (const void *)(xsrc + (size_t)16 * i * p.Kpad + fs * FK) : p.xp,
+                 ok ? 16 : 0);
+    }
+  };
+
+  // scales: group G, tile nt of this thread's row pair (g, g + 8) at scb + (G * 16 + nt * 8) * SW
+  const uint16_t *scb = static_cast<const uint16_t *>(p.sc) + ((size_t)nb * WARPS + warp) * p.ngroups * (16 * SW) + g * SW;
+  auto load_sc = [&](int G, uint32_t (&r)[2][2]) {
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const uint16_t *q = scb + ((size_t)G * 16 + nt * 8) * SW;
+      if constexpr (SW == 4) {
+        const uint2 v = __ldg(reinterpret_cast<const uint2 *>(q));
+        r[nt][0] = v.x, r[nt][1] = v.y;
+      } else {
+        r[nt][0] = __ldg(reinterpret_cast<const uint32_t *>(q)), r[nt][1] = 0;
+      }
+    }
+  };
+  uint32_t s2[2][2], o2[2][2];  // [nt][jn]: (s, s) and (-z s, -z s) of channel nt * 16 + jn * 8 + g
+  auto set_sc = [&](const uint32_t (&r)[2][2]) {
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const uint32_t nzs = R::ZERO ? (fma2<BF>(r[nt][1], r[nt][0], 0x80008000u) ^ 0x80008000u) : 0x80008000u;
+      s2[nt][0] = __byte_perm(r[nt][0], 0, 0x1010), s2[nt][1] = __byte_perm(r[nt][0], 0, 0x3232);
+      o2[nt][0] = __byte_perm(nzs, 0, 0x1010), o2[nt][1] = __byte_perm(nzs, 0, 0x3232);
+    }
+  };
+  const bool stage_groups = p.group % FK == 0;  // one group per stage (else looked up per chunk)
+  auto group_of = [&](int fs, int c) { return (fs * FK + c * KG + 8 * t) / p.group; };
+
+  float acc[2][64];
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[nt][i] = 0.f;
+
+#pragma unroll
+  for (int s = 0; s < S - 2; ++s) {
+    if (s < fiters) load(s);
+    cp_async_commit();
+  }
+  int cur = -1, nxt = group_of(0, 0);
+  uint32_t nraw[2][2];
+  load_sc(nxt, nraw);
+  for (int fs = 0; fs < fiters; ++fs) {
+    cp_async_wait<S - 3>();
+    fence_proxy_async();  // this thread's copies (generic proxy) before the warpgroup's wgmma reads (async proxy)
+    __syncthreads();      // every copy of stage fs landed; every wgmma of stage fs - 2 completed (its slot is refilled)
+    if (fs + S - 2 < fiters) load(fs + S - 2);
+    cp_async_commit();
+    const int G0 = nxt;
+    uint32_t craw[2][2];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) craw[nt][0] = nraw[nt][0], craw[nt][1] = nraw[nt][1];
+    if (fs + 1 < fiters) {  // the next stage's first group, a stage ahead
+      nxt = group_of(fs + 1, 0);
+      if (nxt != G0) load_sc(nxt, nraw);
+    }
+    if (G0 != cur) set_sc(craw), cur = G0;
+    const uint32_t base = ring + (fs % S) * stage_bytes(BITS);
+    uint32_t w[4 * BITS];
+#pragma unroll
+    for (int v = 0; v < BITS; ++v) {
+      uint4 q;
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w) : "r"(base + cdst + v * 512));
+      w[4 * v] = q.x, w[4 * v + 1] = q.y, w[4 * v + 2] = q.z, w[4 * v + 3] = q.w;
+    }
+    uint32_t a[2][16];
+#pragma unroll
+    for (int c = 0; c < FCH; ++c) {
+      if (c > 0 && !stage_groups) {
+        const int G = group_of(fs, c);
+        if (G != cur) {
+          uint32_t r[2][2];
+          load_sc(G, r);
+          set_sc(r);
+          cur = G;
+        }
+      }
+      uint32_t *ab = a[c & 1];
+      R::deq(&w[c * BITS], ab, magic);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) ab[i] = fma2<BF>(ab[i], s2[(i >> 2) & 1][i & 1], o2[(i >> 2) & 1][i & 1]);
+      wgmma_fence();
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const int kk = 2 * c + r;  // k16 block of the stage: sub-tile kk / 4, 32 bytes per k16 block inside it
+          const uint32_t xa = base + code_bytes(BITS) + (kk >> 2) * (BM * 128) + (kk & 3) * 32;
+          wgmma_m64n128k16_rs<BF>(acc[nt], ab[8 * r + 4 * nt], ab[8 * r + 4 * nt + 1], ab[8 * r + 4 * nt + 2],
+                                  ab[8 * r + 4 * nt + 3], sw128_desc(xa));
+        }
+      wgmma_commit();
+      wgmma_wait<1>();
+    }
+  }
+  wgmma_wait<0>();
+  cp_async_wait<0>();
+
+  // D fragment of tile nt: value 4 j + q = (row g + 8 (q >> 1), token 8 j + 2 t + (q & 1)) -> y[m][n] row-major
+  uint16_t *y = static_cast<uint16_t *>(p.y);
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int n = nb * BN + warp * 32 + nt * 16 + (q >> 1) * 8 + g;
+      if (n >= p.N) continue;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const int m = m0 + 8 * j + 2 * t + (q & 1);
+        if (m < p.M) y[(size_t)m * p.N + n] = f32_to_act<BF>(acc[nt][4 * j + q]);
+      }
+    }
+}
+
+// x [M][K] -> xp [M][Kpad]: within every 32 k, logical position 16 r + 8 jk + 2 t + e holds physical k
+// 8 t + 4 r + 2 jk + e (the decode layout's fragment order); k >= K zero.  One thread per 32 k of a row.
+static __global__ void __launch_bounds__(THREADS) lowbit_xperm_kernel(const uint32_t *x, uint32_t *xp, int M, int K,
+                                                                       int Kpad) {
+  const int G = Kpad / KG;
+  const long long q = (long long)blockIdx.x * THREADS + threadIdx.x;
+  if (q >= (long long)M * G) return;
+  const int m = (int)(q / G), grp = (int)(q % G);
+  const uint4 *src = reinterpret_cast<const uint4 *>(x + (size_t)m * (K / 2)) + grp * 4;
+  uint32_t w[16];
+#pragma unroll
+  for (int v = 0; v < 4; ++v) {
+    const uint4 u = grp * KG + 8 * v < K ? __ldg(src + v) : make_uint4(0, 0, 0, 0);
+    w[4 * v] = u.x, w[4 * v + 1] = u.y, w[4 * v + 2] = u.z, w[4 * v + 3] = u.w;
+  }
+  uint4 *dst = reinterpret_cast<uint4 *>(xp + (size_t)m * (Kpad / 2)) + grp * 4;
+  // output pair 8 r + 4 jk + t <- input pair 4 t + 2 r + jk
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int jk = 0; jk < 2; ++jk)
+      dst[2 * r + jk] = make_uint4(w[2 * r + jk], w[4 + 2 * r + jk], w[8 + 2 * r + jk], w[12 + 2 * r + jk]);
+}
+
+template <class R>
+int fused_launch(const FusedParams &p, void *stream) {
+  auto k = lowbit_fused_kernel<R>;
+  constexpr int smem = fused::smem_bytes(R::BITS);
+  static bool attr = false;  // per instantiation (one device per process)
+  if (!attr) {
+    const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return (int)e;
+    attr = true;
+  }
+  FusedParams q = p;
+  q.magic = R::MAGIC;
+  const int blocks = p.nblocks * ((p.M + fused::BM - 1) / fused::BM);
+  k<<<blocks, THREADS, smem, static_cast<cudaStream_t>(stream)>>>(q);
+  return (int)cudaGetLastError();
+}
+
+}  // namespace lowbit
+
+#define LOWBIT_FUSED_DEFINE(R) \
+  int lowbit_fused_##R(const lowbit::FusedParams &p, void *s) { return lowbit::fused_launch<lowbit::R>(p, s); }

@@ -1,0 +1,7 @@
+// Instantiations of the fused prefill kernel (native/include/lowbit_fused.cuh) for the recipes of parts 0 and 1
+// (native/include/lowbit_recipes.cuh), each in its own tensor-core dtype.
+#include "lowbit_fused.cuh"
+#include "lowbit_recipes.cuh"
+
+LOWBIT_RECIPES_PART0(LOWBIT_FUSED_DEFINE)
+LOWBIT_RECIPES_PART1(LOWBIT_FUSED_DEFINE)
