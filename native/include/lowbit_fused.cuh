@@ -14,9 +14,10 @@
 //
 // Pipeline: a ring of S stages of FK = 128 k in shared memory (the block's packed words, each thread copying and
 // reading back its own; the x tile, 128 rows x 256 bytes as two swizzled 64-k halves), filled by cp.async S - 2
-// stages ahead; one __syncthreads per stage.  Per 32-k chunk: dequantize into one of two register buffers, fence,
-// 4 wgmma, commit, wait until at most one group is pending -- so the dequantize of chunk c + 1 runs under the wgmma of
-// chunk c, and a ring slot is refilled only after the wgmma that read it (two stages back) completed.
+// stages ahead, one mbarrier per slot instead of a block-wide barrier (below).  Per 32-k chunk: dequantize into one
+// of two register buffers, fence, 4 wgmma, commit, wait until at most one group is pending -- so the dequantize of
+// chunk c + 1 runs under the wgmma of chunk c, and a ring slot is refilled only after the wgmma that read it (two
+// stages back) completed.
 // Numerics: the same as the dequantize + cuBLAS path up to one rounding: each weight is rounded once to the
 // activation dtype after its scale (fma(v, s, -round(z * s))), products summed in f32 by the tensor cores.
 #pragma once
@@ -176,18 +177,48 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[nt][i] = 0.f;
 
+  // full[s]: one phase per use of ring slot s, completed when all THREADS threads arrived -- a thread arrives for
+  // stage f once its own copies of f landed (and are fenced for the async proxy) and its warpgroup's wgmma of stage
+  // f - 2 completed, in the middle of stage f - 1 (ARRIVE_AT: the chunk after whose wait it arrives).  So waiting
+  // on stage f's phase says both that f's x tile is whole and that f - 2's slot may be refilled, and the two
+  // warpgroups never meet at a block-wide barrier (each may run up to half a stage ahead of the other).
+  __shared__ __align__(8) uint64_t full[S];
+  const uint32_t full0 = smem_u32(full);
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < S; ++s) mbar_init(full0 + 8 * s, THREADS);
+    fence_mbar_init();
+  }
+  __syncthreads();
+  constexpr int ARRIVE_AT = S == 3 ? 3 : 1;  // with one stage of look-ahead, as late as possible
+  auto arrive = [&](int f) {
+    fence_proxy_async();  // this thread's copies (generic proxy) before the wgmma reads of them (async proxy)
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(full0 + 8 * (f % S)) : "memory");
+  };
+
 #pragma unroll
   for (int s = 0; s < S - 2; ++s) {
     if (s < fiters) load(s);
     cp_async_commit();
   }
+  cp_async_wait<S - 3>();
+  arrive(0);
   int cur = -1, nxt = group_of(0, 0);
   uint32_t nraw[2][2];
   load_sc(nxt, nraw);
   for (int fs = 0; fs < fiters; ++fs) {
-    cp_async_wait<S - 3>();
-    fence_proxy_async();  // this thread's copies (generic proxy) before the warpgroup's wgmma reads (async proxy)
-    __syncthreads();      // every copy of stage fs landed; every wgmma of stage fs - 2 completed (its slot is refilled)
+    {
+      const uint32_t bar = full0 + 8 * (fs % S), parity = (fs / S) & 1;
+      asm volatile(
+          "{\n"
+          ".reg .pred P1;\n"
+          "LAB_WAIT:\n"
+          "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+          "@P1 bra DONE;\n"
+          "bra LAB_WAIT;\n"
+          "DONE:\n"
+          "}\n" ::"r"(bar), "r"(parity) : "memory");
+    }
     if (fs + S - 2 < fiters) load(fs + S - 2);
     cp_async_commit();
     const int G0 = nxt;
@@ -236,6 +267,10 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
         }
       wgmma_commit();
       wgmma_wait<1>();
+      if (c == ARRIVE_AT && fs + 1 < fiters) {  // stage fs - 1's wgmma completed (chunk 0 of fs did)
+        cp_async_wait<S - 3>();                  // this thread's copies of stage fs + 1
+        arrive(fs + 1);
+      }
     }
   }
   wgmma_wait<0>();
