@@ -142,12 +142,13 @@ bool lowbit_fused_built(const std::string &recipe, bool out_bf16) {
 }
 
 void lowbit_fused(const std::string &recipe, at::Tensor wq, at::Tensor sc, at::Tensor xp, at::Tensor y, int64_t N,
-                  int64_t iters, int64_t nblocks, int64_t ngroups, int64_t group) {
+                  int64_t iters, int64_t nblocks, int64_t ngroups, int64_t group, int64_t q) {
   check_cuda_contig(wq, "wq");
   check_cuda_contig(sc, "sc");
   check_cuda_contig(xp, "xp");
   check_cuda_contig(y, "y");
-  TORCH_CHECK(xp.dim() == 2 && y.dim() == 2 && y.size(0) == xp.size(0) && y.size(1) == N, "xp [M, Kpad], y [M, N]");
+  TORCH_CHECK(xp.dim() == 2 && y.dim() == 2 && xp.size(0) == (y.size(0) + 127) / 128 * 128 && y.size(1) == N,
+              "xp [ceil(M / 128) * 128, Kpad], y [M, N]");
   TORCH_CHECK(xp.scalar_type() == y.scalar_type(), "xp and y: the activation dtype");
   TORCH_CHECK(xp.size(1) % 128 == 0 && group % 8 == 0 && group > 0, "Kpad a multiple of 128, group a multiple of 8");
   lowbit::FusedParams p{};
@@ -155,8 +156,8 @@ void lowbit_fused(const std::string &recipe, at::Tensor wq, at::Tensor sc, at::T
   p.sc = sc.data_ptr();
   p.xp = xp.data_ptr();
   p.y = y.data_ptr();
-  p.M = (int)xp.size(0), p.N = (int)N, p.Kpad = (int)xp.size(1), p.iters = (int)iters, p.nblocks = (int)nblocks;
-  p.ngroups = (int)ngroups, p.group = (int)group;
+  p.M = (int)y.size(0), p.N = (int)N, p.Kpad = (int)xp.size(1), p.iters = (int)iters, p.nblocks = (int)nblocks;
+  p.ngroups = (int)ngroups, p.group = (int)group, p.q = (int)q;
   check_lowbit(native_lowbit_fused(recipe.c_str(), y.scalar_type() == at::kBFloat16, &p, cur_stream()), recipe,
                "lowbit_fused");
 }
@@ -164,11 +165,11 @@ void lowbit_fused(const std::string &recipe, at::Tensor wq, at::Tensor sc, at::T
 void lowbit_xperm(at::Tensor x, at::Tensor xp) {
   check_cuda_contig(x, "x");
   check_cuda_contig(xp, "xp");
-  TORCH_CHECK(x.dim() == 2 && xp.dim() == 2 && x.size(0) == xp.size(0) && x.scalar_type() == xp.scalar_type() &&
+  TORCH_CHECK(x.dim() == 2 && xp.dim() == 2 && xp.size(0) >= x.size(0) && x.scalar_type() == xp.scalar_type() &&
                   x.element_size() == 2 && x.size(1) % 8 == 0 && xp.size(1) % 32 == 0 && xp.size(1) >= x.size(1),
-              "xperm: x [M, K] (K % 8 == 0) -> xp [M, Kpad >= K] (Kpad % 32 == 0), 16-bit");
-  check(native_lowbit_xperm(x.data_ptr(), xp.data_ptr(), (int)x.size(0), (int)x.size(1), (int)xp.size(1),
-                            cur_stream()),
+              "xperm: x [M, K] (K % 8 == 0) -> xp [Mp >= M, Kpad >= K] (Kpad % 32 == 0), 16-bit");
+  check(native_lowbit_xperm(x.data_ptr(), xp.data_ptr(), (int)x.size(0), (int)xp.size(0), (int)x.size(1),
+                            (int)xp.size(1), cur_stream()),
         "lowbit_xperm");
 }
 

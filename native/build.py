@@ -175,7 +175,7 @@ def tune_sources(out_dir: Path) -> list:
     return srcs
 
 
-TUNE_FLAGS = ["-DLOWBIT_DISPATCH_LIST=LOWBIT_RECIPES_TUNED"]
+TUNE_FLAGS = ["-DLOWBIT_DISPATCH_LIST=LOWBIT_RECIPES_TUNED", "-DLOWBIT_FUSED_BOTH_G"]   # fused: both group sizes
 
 
 def build_tune(verbose: bool = False):

@@ -477,14 +477,15 @@ class LowbitMatmul:
             nb0 += nb
         return y
 
-    def _fused(self, x: torch.Tensor) -> torch.Tensor:
+    def _fused(self, x: torch.Tensor, q: int = 0) -> torch.Tensor:
         """y [M, N] row-major from the fused kernel: x permuted into the layout's k order (and zero-padded to Kpad)
-        by one small kernel, then one launch of n-blocks x ceil(M / 128) blocks."""
+        by one small kernel (rows padded to a multiple of 128 with zeros), then one launch of n-blocks x ceil(M / 128)
+        blocks. q: 32-k chunks per wgmma group (0: the build's default; the tuning extension has 1 and 2)."""
         pw, L = self.pw, self.pw.L
-        xp = torch.empty(x.shape[0], L.Kpad, dtype=pw.act, device=self.dev)
+        xp = torch.empty(-(-x.shape[0] // 128) * 128, L.Kpad, dtype=pw.act, device=self.dev)   # rows past M: zero
         self.mod.lowbit_xperm(x, xp)
         y = torch.empty(x.shape[0], L.N, dtype=pw.act, device=self.dev)
-        self.mod.lowbit_fused(pw.rec.name, pw.words, pw.scales, xp, y, L.N, L.iters, L.nblocks, L.ngroups, L.group)
+        self.mod.lowbit_fused(pw.rec.name, pw.words, pw.scales, xp, y, L.N, L.iters, L.nblocks, L.ngroups, L.group, q)
         return y
 
     # -- call --------------------------------------------------------------------------------

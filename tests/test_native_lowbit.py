@@ -17,7 +17,7 @@ from kernels.baselines import Case
 from kernels.lowbit.formats import ALL_FORMAT_NAMES, dequantize_ref, parse_format, random_quantized
 from native import build, lowbit
 from native import lowbit_layout as LL
-from native.lowbit_emulate import emulate_gemv
+from native.lowbit_emulate import emulate_fused, emulate_gemv, xperm
 
 ACTS = {"f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -362,6 +362,72 @@ def test_prefill_schedules_cover_every_n_block(nblocks):
         assert list(r) == sorted(r) and r[0] < r[-1]
 
 
+# ---------------------------------------------------------------- the fused prefill kernel
+
+def test_xperm_puts_each_fragment_k_where_the_wgmma_reads_it():
+    """Logical position 16r + 8jk + 2t + e of every 32 k holds physical k 8t + 4r + 2jk + e (the k the decode
+    layout gives thread t's register pair (r, jk), half e: _fragment_view); zero past K."""
+    K, Kpad = 72, 96
+    xp = xperm(torch.arange(K, dtype=torch.float64)[None] + 1, Kpad)[0]
+    L = LL.Layout.of(96, 256, -1, 128)
+    _, kk = LL.fragment_nk(L)
+    for c in range(Kpad // 32):
+        for t in range(4):
+            for r in range(2):
+                for jk in range(2):
+                    for e in range(2):
+                        phys = 32 * c + 8 * t + 4 * r + 2 * jk + e
+                        assert xp[32 * c + 16 * r + 8 * jk + 2 * t + e] == (phys + 1 if phys < K else 0)
+    # the same physical k the layout's fragment view puts at (lane t, chunk c, pair 8r + 2jk, half e)
+    assert int(kk[0, 0, 0, 1, 0, 8 * 1 + 2 * 1, 1]) == 8 * 1 + 4 * 1 + 2 * 1 + 1
+
+
+FUSED = [  # fmt, act, group, K, N, M
+    ("u4", "f16", 128, 512, 512, 40),
+    ("u4", "bf16", 64, 384, 300, 130),       # N not a multiple of 256, two m-tiles with a partial one
+    ("i4", "f16", -1, 200, 256, 17),         # K padded to the stage (200 -> 256), per channel
+    ("u2", "f16", 32, 512, 256, 20),         # kstep 256: two fused stages per layout stage, 4 groups per stage
+    ("u1", "bf16", 8, 512, 256, 9),          # groups of 8: a different group per thread in a chunk
+    ("u8", "f16", 128, 256, 512, 33),
+    ("f6e3m2", "bf16", -1, 256, 256, 64),
+    ("f8e5m2", "bf16", 128, 256, 256, 24),   # a bf16 recipe in its own dtype (not the x split)
+    ("u3", "f16", 64, 192, 256, 31),
+]
+
+
+@pytest.mark.parametrize("fmt,act,group,K,N,M", FUSED)
+def test_fused_emulation_matches_float64_reference(fmt, act, group, K, N, M):
+    """The fused kernel's arithmetic walked its way on the CPU (emulate_fused: registers -> wgmma rows and logical
+    k, scales by each thread's group, one rounding per weight, the permuted x) against x @ dequantize_ref, within
+    what one rounding of each weight to the activation dtype costs (the harness's f16 / bf16 tolerances)."""
+    dt = ACTS[act]
+    qw = random_quantized(K, N, fmt, group, dt, seed=K + N + M)
+    pw = lowbit.pack(qw)
+    assert not pw.xsplit
+    x = torch.randn(M, K, generator=torch.Generator().manual_seed(M)).to(dt)
+    ref = x.double() @ dequantize_ref(qw)
+    y = emulate_fused(pw, x)
+    err = float((y - ref).norm() / ref.norm())
+    assert err < (2e-3 if act == "f16" else 1e-2) / 2, err
+    wrong = x.double() @ dequantize_ref(qw)[torch.randperm(K)]   # a mapping error would look like this
+    assert float((wrong - ref).norm() / ref.norm()) > 0.1
+
+
+def test_fused_kernel_choice_and_sources():
+    """fused is a prefill choice; its instantiations cover every recipe (4 translation units of 2 parts each) and
+    the tuning extension builds it for the TUNED recipes."""
+    assert lowbit.FUSED in lowbit.PREFILL_CHOICES and lowbit.FUSED not in lowbit.PREFILL_SCHEDULES
+    parts = sorted((build.ROOT / "kernels").glob("lowbit_fused_part*.cu"))
+    assert len(parts) * 2 == LL.PARTS
+    for i, p in enumerate(parts):
+        text = p.read_text()
+        assert f"LOWBIT_RECIPES_PART{2 * i}(LOWBIT_FUSED_DEFINE)" in text
+        assert f"LOWBIT_RECIPES_PART{2 * i + 1}(LOWBIT_FUSED_DEFINE)" in text
+    srcs = build.tune_sources(Path(__import__("tempfile").mkdtemp()))
+    assert any(p.name == "lowbit_fused.cu" for p in srcs)
+    assert all("LOWBIT_FUSED_DEFINE" in p.read_text() for p in srcs if p.name.startswith("tune_"))
+
+
 def test_prefill_choice_is_checked_before_gpu_work():
     qw = random_quantized(256, 256, "u4", 128, torch.float16)
     with pytest.raises(ValueError, match="prefill schedule 'thirds'"):
@@ -393,8 +459,8 @@ SUBSET = ["f16_u4", "f16_f6e3m2", "bf16_u8", "bf16_f8e5m2", "bf16_u2"]
 
 
 def test_compile_lowbit_instantiations(tmp_path):
-    """nvcc -gencode sm_90a of the decode / dequantize instantiations: a representative subset and the
-    dispatcher by default (~15 s on 2 cores); every recipe (the 8 parts, ~1.5 min) with NATIVE_COMPILE_ALL=1."""
+    """nvcc -gencode sm_90a of the decode / dequantize / fused prefill instantiations: a representative subset and the
+    dispatchers by default (~40 s on 2 cores); every recipe (the 8 + 4 parts, ~4 min) with NATIVE_COMPILE_ALL=1."""
     _need_nvcc()
     parts = sorted((build.ROOT / "kernels").glob("lowbit_part*.cu"))
     assert len(parts) == LL.PARTS
@@ -411,7 +477,14 @@ def test_compile_lowbit_instantiations(tmp_path):
             sub = tmp_path / f"lowbit_subset{i}.cu"
             sub.write_text('#include "lowbit_launch.cuh"\n' + "".join(f"LOWBIT_DEFINE(rec_{r})\n" for r in part))
             srcs.append(sub)
-    res = build.compile_check(sources=srcs + [build.ROOT / "kernels" / "lowbit_dispatch.cu"], link=True)
+        sub = tmp_path / "lowbit_fused_subset.cu"   # the fused prefill kernel of the same recipes
+        sub.write_text('#include "lowbit_fused.cuh"\n#include "lowbit_recipes.cuh"\n'
+                       + "".join(f"LOWBIT_FUSED_DEFINE(rec_{r})\n" for r in SUBSET))
+        srcs.append(sub)
+    if os.environ.get("NATIVE_COMPILE_ALL") == "1":
+        srcs += sorted((build.ROOT / "kernels").glob("lowbit_fused_part*.cu"))
+    srcs += [build.ROOT / "kernels" / "lowbit_dispatch.cu", build.ROOT / "kernels" / "lowbit_fused.cu"]
+    res = build.compile_check(sources=srcs, link=True)
     bad = {k: msg[-3000:] for k, (ok, msg) in res.items() if not ok}
     assert not bad, bad
     assert "link" in res

@@ -110,7 +110,8 @@ __device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
 
 // grid = n-blocks x ceil(M / BM) (the m-tiles of one n-block adjacent, so that its words are read from L2 after the
 // first), THREADS threads, fused::smem_bytes(R::BITS) bytes of dynamic shared memory, one block per SM.
-template <class R>
+// G: chunks per wgmma commit group (the dequantize of the next G chunks runs under the G * 4 wgmma of the last)
+template <class R, int G>
 __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_constant__ FusedParams p) {
   using namespace fused;
   constexpr int BITS = R::BITS, S = ring_stages(BITS), VEC = (R::KSTEP / KG) * BITS / 4, SUBS = R::KSTEP / FK;
@@ -118,6 +119,7 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
   constexpr int SW = R::ZERO ? 4 : 2;  // act-dtype values per (group, warp, nt, g): s_g, s_g+8 (, z_g, z_g+8)
   static_assert(R::BIAS == 0.f, "the fused kernel takes recipes whose deq() gives the exact value");
   static_assert(S >= 3 && R::KSTEP % FK == 0, "ring");
+  static_assert(G == 1 || G == 2, "chunks per group");
   extern __shared__ uint8_t smem_raw[];
   const uint32_t ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -126,31 +128,29 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
   const int fiters = p.Kpad / FK;
   const uint32_t magic = p.magic;
 
-  // loader: this thread's BITS code vectors per stage (its warp's run of the layout, its lane), 8 x chunks
+  // loader: this thread's BITS code vectors per stage (its warp's run of the layout, its lane) and 8 x chunks: rows
+  // xrow + 16 i, 16-byte chunk xcc of the stage's 256 bytes (xp has ceil(M / BM) * BM rows, the extra ones zero)
   const uint4 *wsrc = static_cast<const uint4 *>(p.wq) + ((size_t)nb * p.iters * WARPS + warp) * (32 * VEC) + lane;
   const uint32_t cdst = (warp * BITS * 32 + lane) * 16;
-  const int xrow = tid >> 4, xcc = tid & 15;  // rows xrow + 16 i, 16-byte chunk xcc of the stage's 256 bytes
+  const int xrow = tid >> 4, xcc = tid & 15;
   const uint32_t xdst = code_bytes(BITS) + (xcc >> 3) * (BM * 128) + xrow * 128 + (((xcc & 7) ^ (xrow & 7)) << 4);
   const uint16_t *xsrc = static_cast<const uint16_t *>(p.xp) + (size_t)(m0 + xrow) * p.Kpad + xcc * 8;
-  auto load = [&](int fs) {
-    const uint32_t base = ring + (fs % S) * stage_bytes(BITS);
+  const size_t xstride = (size_t)16 * p.Kpad;
+  auto load = [&](int fs, uint32_t base) {
     const uint4 *src = wsrc + (size_t)(fs / SUBS) * (WARPS * 32 * VEC) + (fs % SUBS) * (BITS * 32);
 #pragma unroll
     for (int v = 0; v < BITS; ++v) cp_async16(base + cdst + v * 512, src + v * 32, 16);
+    const uint16_t *xs = xsrc + fs * FK;
 #pragma unroll
-    for (int i = 0; i < BM / 16; ++i) {
-      const bool ok = m0 + xrow + 16 * i < p.M;
-      cp_async16(base + xdst + i * 16 * 128, ok ? (const void *)(xsrc + (size_t)16 * i * p.Kpad + fs * FK) : p.xp,
-                 ok ? 16 : 0);
-    }
+    for (int i = 0; i < BM / 16; ++i) cp_async16(base + xdst + i * 16 * 128, xs + i * xstride, 16);
   };
 
   // scales: group G, tile nt of this thread's row pair (g, g + 8) at scb + (G * 16 + nt * 8) * SW
   const uint16_t *scb = static_cast<const uint16_t *>(p.sc) + ((size_t)nb * WARPS + warp) * p.ngroups * (16 * SW) + g * SW;
-  auto load_sc = [&](int G, uint32_t (&r)[2][2]) {
+  auto load_sc = [&](int grp, uint32_t (&r)[2][2]) {
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-      const uint16_t *q = scb + ((size_t)G * 16 + nt * 8) * SW;
+      const uint16_t *q = scb + ((size_t)grp * 16 + nt * 8) * SW;
       if constexpr (SW == 4) {
         const uint2 v = __ldg(reinterpret_cast<const uint2 *>(q));
         r[nt][0] = v.x, r[nt][1] = v.y;
@@ -168,8 +168,11 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
       o2[nt][0] = __byte_perm(nzs, 0, 0x1010), o2[nt][1] = __byte_perm(nzs, 0, 0x3232);
     }
   };
-  const bool stage_groups = p.group % FK == 0;  // one group per stage (else looked up per chunk)
-  auto group_of = [&](int fs, int c) { return (fs * FK + c * KG + 8 * t) / p.group; };
+  // groups of whole stages (group % FK == 0, per channel included): the next stage's scales loaded a stage ahead,
+  // counting stages; other groups: looked up per chunk (a division)
+  const bool stage_groups = p.group % FK == 0;
+  const int spg = stage_groups ? p.group / FK : 1;
+  int cur = -1;
 
   float acc[2][64];
 #pragma unroll
@@ -190,88 +193,105 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
     fence_mbar_init();
   }
   __syncthreads();
-  constexpr int ARRIVE_AT = S == 3 ? 3 : 1;  // with one stage of look-ahead, as late as possible
-  auto arrive = [&](int f) {
+  constexpr int ARRIVE_AT = S == 3 ? FCH - 1 : 2 * G - 1;  // with one stage of look-ahead, as late as possible
+  auto arrive = [&](uint32_t bar) {
     fence_proxy_async();  // this thread's copies (generic proxy) before the wgmma reads of them (async proxy)
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(full0 + 8 * (f % S)) : "memory");
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
   };
 
 #pragma unroll
   for (int s = 0; s < S - 2; ++s) {
-    if (s < fiters) load(s);
+    if (s < fiters) load(s, ring + s * stage_bytes(BITS));
     cp_async_commit();
   }
   cp_async_wait<S - 3>();
-  arrive(0);
-  int cur = -1, nxt = group_of(0, 0);
+  arrive(full0);
   uint32_t nraw[2][2];
-  load_sc(nxt, nraw);
+  bool pending = stage_groups;  // nraw holds the scales of the next stage's group, not yet applied
+  if (stage_groups) load_sc(0, nraw);
+  int left = spg, gnext = 0;
+  int slot = 0, lslot = S - 2;  // ring slots of this stage and of the stage loaded in it
+  uint32_t parity = 0;
   for (int fs = 0; fs < fiters; ++fs) {
-    {
-      const uint32_t bar = full0 + 8 * (fs % S), parity = (fs / S) & 1;
-      asm volatile(
-          "{\n"
-          ".reg .pred P1;\n"
-          "LAB_WAIT:\n"
-          "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
-          "@P1 bra DONE;\n"
-          "bra LAB_WAIT;\n"
-          "DONE:\n"
-          "}\n" ::"r"(bar), "r"(parity) : "memory");
-    }
-    if (fs + S - 2 < fiters) load(fs + S - 2);
+    asm volatile(
+        "{\n"
+        ".reg .pred P1;\n"
+        "LAB_WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+        "@P1 bra DONE;\n"
+        "bra LAB_WAIT;\n"
+        "DONE:\n"
+        "}\n" ::"r"(full0 + 8 * slot), "r"(parity) : "memory");
+    if (fs + S - 2 < fiters) load(fs + S - 2, ring + lslot * stage_bytes(BITS));
     cp_async_commit();
-    const int G0 = nxt;
-    uint32_t craw[2][2];
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) craw[nt][0] = nraw[nt][0], craw[nt][1] = nraw[nt][1];
-    if (fs + 1 < fiters) {  // the next stage's first group, a stage ahead
-      nxt = group_of(fs + 1, 0);
-      if (nxt != G0) load_sc(nxt, nraw);
+    if (stage_groups) {
+      if (pending) set_sc(nraw), pending = false;
+      if (--left == 0 && fs + 1 < fiters) left = spg, load_sc(++gnext, nraw), pending = true;
     }
-    if (G0 != cur) set_sc(craw), cur = G0;
-    const uint32_t base = ring + (fs % S) * stage_bytes(BITS);
-    uint32_t w[4 * BITS];
+    const uint32_t base = ring + slot * stage_bytes(BITS);
+    const int nslot = slot + 1 == S ? 0 : slot + 1;
 #pragma unroll
-    for (int v = 0; v < BITS; ++v) {
-      uint4 q;
-      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w) : "r"(base + cdst + v * 512));
-      w[4 * v] = q.x, w[4 * v + 1] = q.y, w[4 * v + 2] = q.z, w[4 * v + 3] = q.w;
-    }
-    uint32_t a[2][16];
+    for (int c0 = 0; c0 < FCH; c0 += G) {
+      uint32_t ab[G][16];  // fresh registers per group: ptxas keeps those of the group in flight
 #pragma unroll
-    for (int c = 0; c < FCH; ++c) {
-      if (c > 0 && !stage_groups) {
-        const int G = group_of(fs, c);
-        if (G != cur) {
-          uint32_t r[2][2];
-          load_sc(G, r);
-          set_sc(r);
-          cur = G;
+      for (int h = 0; h < G; ++h) {
+        const int c = c0 + h;
+        if (!stage_groups) {
+          const int grp = (fs * FK + c * KG + 8 * t) / p.group;
+          if (grp != cur) {
+            uint32_t r[2][2];
+            load_sc(grp, r);
+            set_sc(r);
+            cur = grp;
+          }
         }
-      }
-      uint32_t *ab = a[c & 1];
-      R::deq(&w[c * BITS], ab, magic);
+        uint32_t w[BITS];  // this chunk's words: word c * BITS + j of the stage at vector (c * BITS + j) / 4
+        if constexpr (BITS % 4 == 0) {
 #pragma unroll
-      for (int i = 0; i < 16; ++i) ab[i] = fma2<BF>(ab[i], s2[(i >> 2) & 1][i & 1], o2[(i >> 2) & 1][i & 1]);
+          for (int v = 0; v < BITS / 4; ++v)
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(w[4 * v]), "=r"(w[4 * v + 1]), "=r"(w[4 * v + 2]), "=r"(w[4 * v + 3])
+                         : "r"(base + cdst + (c * BITS / 4 + v) * 512));
+        } else {
+#pragma unroll
+          for (int j = 0; j < BITS; ++j) {
+            const int i = c * BITS + j;
+            asm volatile("ld.shared.u32 %0, [%1];" : "=r"(w[j]) : "r"(base + cdst + (i >> 2) * 512 + (i & 3) * 4));
+          }
+        }
+        R::deq(w, ab[h], magic);
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+          ab[h][i] = fma2<BF>(ab[h][i], s2[(i >> 2) & 1][i & 1], o2[(i >> 2) & 1][i & 1]);
+      }
+      // the descriptors are defined before the fence (ptxas serializes a pipeline into which a non-wgmma
+      // instruction writes one of its inputs; asm volatile keeps them where they are written)
+      uint64_t desc[2 * G];
+#pragma unroll
+      for (int kk0 = 0; kk0 < 2 * G; ++kk0) {
+        const int kk = 2 * c0 + kk0;  // k16 block of the stage: sub-tile kk / 4, 32 bytes per k16 block inside it
+        const uint64_t d = sw128_desc(base + code_bytes(BITS) + (kk >> 2) * (BM * 128) + (kk & 3) * 32);
+        asm volatile("mov.b64 %0, %1;" : "=l"(desc[kk0]) : "l"(d));
+      }
       wgmma_fence();
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
+      for (int h = 0; h < G; ++h)
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const int kk = 2 * c + r;  // k16 block of the stage: sub-tile kk / 4, 32 bytes per k16 block inside it
-          const uint32_t xa = base + code_bytes(BITS) + (kk >> 2) * (BM * 128) + (kk & 3) * 32;
-          wgmma_m64n128k16_rs<BF>(acc[nt], ab[8 * r + 4 * nt], ab[8 * r + 4 * nt + 1], ab[8 * r + 4 * nt + 2],
-                                  ab[8 * r + 4 * nt + 3], sw128_desc(xa));
-        }
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+            wgmma_m64n128k16_rs<BF>(acc[nt], ab[h][8 * r + 4 * nt], ab[h][8 * r + 4 * nt + 1],
+                                    ab[h][8 * r + 4 * nt + 2], ab[h][8 * r + 4 * nt + 3], desc[2 * h + r]);
       wgmma_commit();
-      wgmma_wait<1>();
-      if (c == ARRIVE_AT && fs + 1 < fiters) {  // stage fs - 1's wgmma completed (chunk 0 of fs did)
-        cp_async_wait<S - 3>();                  // this thread's copies of stage fs + 1
-        arrive(fs + 1);
+      wgmma_wait<1>();  // the previous group retired: its registers are free
+      if (c0 + G - 1 == ARRIVE_AT && fs + 1 < fiters) {  // all of stage fs - 1's wgmma retired
+        cp_async_wait<S - 3>();                           // this thread's copies of stage fs + 1
+        arrive(full0 + 8 * nslot);
       }
     }
+    slot = nslot;
+    lslot = lslot + 1 == S ? 0 : lslot + 1;
+    parity ^= slot == 0;
   }
   wgmma_wait<0>();
   cp_async_wait<0>();
@@ -292,19 +312,19 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
     }
 }
 
-// x [M][K] -> xp [M][Kpad]: within every 32 k, logical position 16 r + 8 jk + 2 t + e holds physical k
-// 8 t + 4 r + 2 jk + e (the decode layout's fragment order); k >= K zero.  One thread per 32 k of a row.
-static __global__ void __launch_bounds__(THREADS) lowbit_xperm_kernel(const uint32_t *x, uint32_t *xp, int M, int K,
-                                                                       int Kpad) {
+// x [M][K] -> xp [Mp][Kpad]: within every 32 k, logical position 16 r + 8 jk + 2 t + e holds physical k
+// 8 t + 4 r + 2 jk + e (the decode layout's fragment order); k >= K and rows >= M zero.  One thread per 32 k of a row.
+static __global__ void __launch_bounds__(THREADS) lowbit_xperm_kernel(const uint32_t *x, uint32_t *xp, int M, int Mp,
+                                                                       int K, int Kpad) {
   const int G = Kpad / KG;
   const long long q = (long long)blockIdx.x * THREADS + threadIdx.x;
-  if (q >= (long long)M * G) return;
+  if (q >= (long long)Mp * G) return;
   const int m = (int)(q / G), grp = (int)(q % G);
   const uint4 *src = reinterpret_cast<const uint4 *>(x + (size_t)m * (K / 2)) + grp * 4;
   uint32_t w[16];
 #pragma unroll
   for (int v = 0; v < 4; ++v) {
-    const uint4 u = grp * KG + 8 * v < K ? __ldg(src + v) : make_uint4(0, 0, 0, 0);
+    const uint4 u = m < M && grp * KG + 8 * v < K ? __ldg(src + v) : make_uint4(0, 0, 0, 0);
     w[4 * v] = u.x, w[4 * v + 1] = u.y, w[4 * v + 2] = u.z, w[4 * v + 3] = u.w;
   }
   uint4 *dst = reinterpret_cast<uint4 *>(xp + (size_t)m * (Kpad / 2)) + grp * 4;
@@ -316,9 +336,9 @@ static __global__ void __launch_bounds__(THREADS) lowbit_xperm_kernel(const uint
       dst[2 * r + jk] = make_uint4(w[2 * r + jk], w[4 + 2 * r + jk], w[8 + 2 * r + jk], w[12 + 2 * r + jk]);
 }
 
-template <class R>
-int fused_launch(const FusedParams &p, void *stream) {
-  auto k = lowbit_fused_kernel<R>;
+template <class R, int G>
+int fused_launch_g(const FusedParams &p, void *stream) {
+  auto k = lowbit_fused_kernel<R, G>;
   constexpr int smem = fused::smem_bytes(R::BITS);
   static bool attr = false;  // per instantiation (one device per process)
   if (!attr) {
@@ -331,6 +351,24 @@ int fused_launch(const FusedParams &p, void *stream) {
   const int blocks = p.nblocks * ((p.M + fused::BM - 1) / fused::BM);
   k<<<blocks, THREADS, smem, static_cast<cudaStream_t>(stream)>>>(q);
   return (int)cudaGetLastError();
+}
+
+// FusedParams::q = chunks per wgmma group: 0 = FUSED_G; 1 or 2 where built (LOWBIT_FUSED_BOTH_G: the tuning extension
+// builds both), else -1
+#ifndef LOWBIT_FUSED_G
+#define LOWBIT_FUSED_G 1
+#endif
+constexpr int FUSED_G = LOWBIT_FUSED_G;
+template <class R>
+int fused_launch(const FusedParams &p, void *stream) {
+  const int q = p.q ? p.q : FUSED_G;
+#ifdef LOWBIT_FUSED_BOTH_G
+  if (q == 1) return fused_launch_g<R, 1>(p, stream);
+  if (q == 2) return fused_launch_g<R, 2>(p, stream);
+  return -1;
+#else
+  return q == FUSED_G ? fused_launch_g<R, FUSED_G>(p, stream) : -1;
+#endif
 }
 
 }  // namespace lowbit

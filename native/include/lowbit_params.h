@@ -32,9 +32,10 @@ struct DequantParams {
 struct FusedParams {      // the fused prefill kernel (lowbit_fused.cuh)
   const void *wq;          // the packed words (as GemvParams::wq)
   const void *sc;          // the packed scales (as GemvParams::sc)
-  const void *xp;          // [M][Kpad] x permuted within every 32 k, zero past K (native_lowbit_xperm)
+  const void *xp;          // [ceil(M / 128) * 128][Kpad] x permuted within every 32 k, zero past K and M (native_lowbit_xperm)
   void *y;                 // [M][N] output, row-major (activation dtype)
   int M, N, Kpad, iters, nblocks, ngroups, group;  // iters: the layout's stages; group: k per group (Kpad per channel)
+  int q;                   // 32-k chunks per wgmma commit group (lowbit_fused.cuh): 0 = the build's default
   uint32_t magic;          // the recipe's MAGIC (set by the launcher)
 };
 
@@ -52,5 +53,5 @@ int native_lowbit_xsplit(const void *x, void *out, int n_elem, void *stream);
 // the fused prefill kernel (native/kernels/lowbit_fused.cu): -1 where it is not built for the recipe in that dtype;
 // p == nullptr: 0 where it is built (nothing launched)
 int native_lowbit_fused(const char *recipe, int out_bf16, const lowbit::FusedParams *p, void *stream);
-int native_lowbit_xperm(const void *x, void *xp, int M, int K, int Kpad, void *stream);
+int native_lowbit_xperm(const void *x, void *xp, int M, int Mp, int K, int Kpad, void *stream);
 int native_lowbit_smem_bytes(const char *recipe, int MX, int slots, int iters);

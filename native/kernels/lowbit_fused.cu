@@ -31,11 +31,11 @@ int native_lowbit_fused(const char *recipe, int out_bf16, const lowbit::FusedPar
   return -1;
 }
 
-int native_lowbit_xperm(const void *x, void *xp, int M, int K, int Kpad, void *stream) {
-  const long long n = (long long)M * (Kpad / lowbit::KG);
+int native_lowbit_xperm(const void *x, void *xp, int M, int Mp, int K, int Kpad, void *stream) {
+  const long long n = (long long)Mp * (Kpad / lowbit::KG);
   const int blocks = (int)((n + lowbit::THREADS - 1) / lowbit::THREADS);
   if (blocks > 0)
     lowbit::lowbit_xperm_kernel<<<blocks, lowbit::THREADS, 0, static_cast<cudaStream_t>(stream)>>>(
-        static_cast<const uint32_t *>(x), static_cast<uint32_t *>(xp), M, K, Kpad);
+        static_cast<const uint32_t *>(x), static_cast<uint32_t *>(xp), M, Mp, K, Kpad);
   return (int)cudaGetLastError();
 }
