@@ -110,8 +110,11 @@ __device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
 
 // grid = n-blocks x ceil(M / BM) (the m-tiles of one n-block adjacent, so that its words are read from L2 after the
 // first), THREADS threads, fused::smem_bytes(R::BITS) bytes of dynamic shared memory, one block per SM.
-// G: chunks per wgmma commit group (the dequantize of the next G chunks runs under the G * 4 wgmma of the last)
-template <class R, int G>
+// G: chunks per wgmma commit group (the dequantize of the next G chunks runs under the G * 4 wgmma of the last).
+// DIAG (native.fused_diag only, the tuning extension; the results are wrong on purpose): bit 0 no dequantize (the
+// words themselves as A), bit 1 no copies (the ring holds what it held), so that what is left is timed.
+enum { FUSED_DIAG_NODEQ = 1, FUSED_DIAG_NOLOAD = 2 };
+template <class R, int G, int DIAG = 0>
 __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_constant__ FusedParams p) {
   using namespace fused;
   constexpr int BITS = R::BITS, S = ring_stages(BITS), VEC = (R::KSTEP / KG) * BITS / 4, SUBS = R::KSTEP / FK;
@@ -137,6 +140,7 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
   const uint16_t *xsrc = static_cast<const uint16_t *>(p.xp) + (size_t)(m0 + xrow) * p.Kpad + xcc * 8;
   const size_t xstride = (size_t)16 * p.Kpad;
   auto load = [&](int fs, uint32_t base) {
+    if constexpr ((DIAG & FUSED_DIAG_NOLOAD) != 0) return;
     const uint4 *src = wsrc + (size_t)(fs / SUBS) * (WARPS * 32 * VEC) + (fs % SUBS) * (BITS * 32);
 #pragma unroll
     for (int v = 0; v < BITS; ++v) cp_async16(base + cdst + v * 512, src + v * 32, 16);
@@ -259,10 +263,15 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
             asm volatile("ld.shared.u32 %0, [%1];" : "=r"(w[j]) : "r"(base + cdst + (i >> 2) * 512 + (i & 3) * 4));
           }
         }
-        R::deq(w, ab[h], magic);
+        if constexpr ((DIAG & FUSED_DIAG_NODEQ) != 0) {
 #pragma unroll
-        for (int i = 0; i < 16; ++i)
-          ab[h][i] = fma2<BF>(ab[h][i], s2[(i >> 2) & 1][i & 1], o2[(i >> 2) & 1][i & 1]);
+          for (int i = 0; i < 16; ++i) ab[h][i] = w[i % BITS];
+        } else {
+          R::deq(w, ab[h], magic);
+#pragma unroll
+          for (int i = 0; i < 16; ++i)
+            ab[h][i] = fma2<BF>(ab[h][i], s2[(i >> 2) & 1][i & 1], o2[(i >> 2) & 1][i & 1]);
+        }
       }
       // the descriptors are defined before the fence (ptxas serializes a pipeline into which a non-wgmma
       // instruction writes one of its inputs; asm volatile keeps them where they are written)
@@ -336,9 +345,9 @@ static __global__ void __launch_bounds__(THREADS) lowbit_xperm_kernel(const uint
       dst[2 * r + jk] = make_uint4(w[2 * r + jk], w[4 + 2 * r + jk], w[8 + 2 * r + jk], w[12 + 2 * r + jk]);
 }
 
-template <class R, int G>
+template <class R, int G, int DIAG = 0>
 int fused_launch_g(const FusedParams &p, void *stream) {
-  auto k = lowbit_fused_kernel<R, G>;
+  auto k = lowbit_fused_kernel<R, G, DIAG>;
   constexpr int smem = fused::smem_bytes(R::BITS);
   static bool attr = false;  // per instantiation (one device per process)
   if (!attr) {
@@ -354,7 +363,7 @@ int fused_launch_g(const FusedParams &p, void *stream) {
 }
 
 // FusedParams::q = chunks per wgmma group: 0 = FUSED_G; 1 or 2 where built (LOWBIT_FUSED_BOTH_G: the tuning extension
-// builds both), else -1
+// builds both, and G = 1 with DIAG = q >> 4), else -1
 #ifndef LOWBIT_FUSED_G
 #define LOWBIT_FUSED_G 1
 #endif
@@ -365,6 +374,9 @@ int fused_launch(const FusedParams &p, void *stream) {
 #ifdef LOWBIT_FUSED_BOTH_G
   if (q == 1) return fused_launch_g<R, 1>(p, stream);
   if (q == 2) return fused_launch_g<R, 2>(p, stream);
+  if (q == (1 | FUSED_DIAG_NODEQ << 4)) return fused_launch_g<R, 1, FUSED_DIAG_NODEQ>(p, stream);
+  if (q == (1 | FUSED_DIAG_NOLOAD << 4)) return fused_launch_g<R, 1, FUSED_DIAG_NOLOAD>(p, stream);
+  if (q == (1 | 3 << 4)) return fused_launch_g<R, 1, FUSED_DIAG_NODEQ | FUSED_DIAG_NOLOAD>(p, stream);
   return -1;
 #else
   return q == FUSED_G ? fused_launch_g<R, FUSED_G>(p, stream) : -1;

@@ -1,0 +1,93 @@
+"""Take the fused prefill kernel's time apart (native/include/lowbit_fused.cuh; issue 13), ~1 minute on an H200.
+
+    python -m native.fused_diag [--json OUT] [--points FMT,G,K,N,M[;...]] [--rounds 2] [--samples 10]
+
+Builds the tuning extension (native.build.build_tune: the TUNED recipes, both chunk-group sizes G = 1, 2 and the
+diagnostic builds of G = 1) and times, per point, in alternating rounds with the harness's Timer: cuBLAS f16 on the
+dense weight (x @ W, as the `cublas` impl), the fused kernel with G = 1 and 2 (each checked against float64 first),
+and the diagnostic builds, whose outputs are wrong on purpose: `nodeq` (the packed words fed to the tensor cores
+as they are: no dequantize, no scales), `noload` (no copies into the ring: no global traffic but the output) and
+`bare` (neither: the wgmma, the ring's barriers and the epilogue). Each time is also given as cuBLAS time over it;
+tensor time at the dense peak is 2 M K N / 989 TFLOP/s.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import torch
+
+from native.prefill_tune import parse_points
+from native.tune import _check_json_path, build_or_report
+
+DEFAULT = "u4,128,8192,57344,2048;u8,128,8192,57344,2048;u4,128,8192,57344,8192"
+BUILDS = {"fused_g1": 1, "fused_g2": 2, "nodeq": 1 | 1 << 4, "noload": 1 | 2 << 4, "bare": 1 | 3 << 4}
+TOL = 2e-3
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--points", default=DEFAULT, metavar="FMT,G,K,N,M[;...]")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--samples", type=int, default=10)
+    a = ap.parse_args(argv)
+    try:
+        points = parse_points(a.points)
+        _check_json_path(a.json)
+        from native import lowbit_layout as LL
+        for p in points:
+            if f"f16_{p[0]}" not in LL.TUNED:
+                raise ValueError(f"point {p}: the tuning extension has the recipes {list(LL.TUNED)} only")
+        if a.rounds < 1 or a.samples < 1:
+            raise ValueError("--rounds and --samples must be >= 1")
+    except ValueError as e:
+        print(f"config error: {e}")
+        return 2
+    from harness.timing import Timer, rel_error
+    from kernels.lowbit.formats import dequantize_ref, random_quantized
+    from native import lowbit
+    from native.build import build_tune
+    mod = build_or_report(build_tune)
+    if mod is None:
+        return 2
+    timer = Timer(samples=a.samples, warmup_ms=10)
+    rows, bad = [], 0
+    for fmt, g, K, N, M in points:
+        qw = random_quantized(K, N, fmt, g, torch.float16, seed=K + N, device="cuda")
+        w64 = dequantize_ref(qw, device="cuda")
+        w16 = w64.to(torch.float16)
+        fn = lowbit.LowbitMatmul(lowbit.pack(qw), mod)
+        x = torch.randn(M, K, device="cuda").half()
+        ref = x.double() @ w64
+        del w64
+        errs = {n: rel_error(fn._fused(x, q), ref) for n, q in BUILDS.items() if n.startswith("fused")}
+        del ref
+        ok = all(e <= TOL for e in errs.values())
+        bad += not ok
+        jobs = {"cublas": lambda: torch.matmul(x, w16)}
+        jobs.update({n: (lambda q=q: fn._fused(x, q)) for n, q in BUILDS.items()})
+        ms = {n: [] for n in jobs}
+        if ok:
+            for _ in range(a.rounds):
+                for n, j in jobs.items():
+                    ms[n].append(timer(j).median_ms)
+        med = {n: statistics.mean(v) for n, v in ms.items() if v}
+        peak_ms = 2 * M * K * N / 989e12 * 1e3
+        rows.append(dict(fmt=fmt, g=g, K=K, N=N, M=M, err=errs, ok=ok, ms_rounds=ms, ms=med, tensor_peak_ms=peak_ms))
+        if ok:
+            print(f"{fmt:6s} g{g:4d} K={K} N={N} M={M} | tensor peak {peak_ms:.3f} ms | "
+                  + " ".join(f"{n} {t:.3f} ms ({med['cublas'] / t:.3f}x)" for n, t in med.items()), flush=True)
+        else:
+            print(f"FAIL {fmt} g{g} K={K} N={N} M={M}: errors {errs}", flush=True)
+        del fn, qw, x, w16
+        torch.cuda.empty_cache()
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"points": rows}, f, indent=1)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
