@@ -35,5 +35,6 @@ def test_prefill_targets_ratio_and_job():
             _rows("cublas", "f16", 4096, "latency_ms", 5.8, code="old"), _rows("native", "u4", 4096, "latency_ms", 6.0)]
     t = prefill_targets(pd.DataFrame(rows)).set_index("M")
     assert t.loc[2048, ">= 0.95x"] == "no" and t.loc[4096, ">= 0.95x"] == "yes"
+    assert "fused" in t.loc[2048, "why (if missed)"] and t.loc[4096, "why (if missed)"] == ""
     assert abs(t.loc[2048, "x cuBLAS"] - 2.9 / 3.2) < 1e-12
     assert (t["cuBLAS rows"] == "another job (other code)").all()
