@@ -139,7 +139,8 @@ def emulate_fused(pw, x: torch.Tensor) -> torch.Tensor:
     dequantized registers (the recipe emulation) placed at the wgmma's (row, logical k) -- register 8r + 4nt + 2jk + jn,
     half e of chunk c of lane 4g + t, warp w = A row 16 (w % 4) + 8 jn + g of tile nt (channel w*32 + nt*16 + 8jn + g),
     k 16 (2c + r) + 8jk + 2t + e of the stage -- each weight rounded once to the activation dtype after its scale
-    (v * s - round(z * s)), times the permuted x (xperm)."""
+    (v * s - round(z * s)), times the permuted x (xperm); with one group over K and no zero point the exact values,
+    the scale applied to y."""
     rec, L = pw.rec, pw.L
     assert not pw.xsplit and rec.bias == 0
     act = pw.act
@@ -165,9 +166,13 @@ def emulate_fused(pw, x: torch.Tensor) -> torch.Tensor:
     # to the vals order [nb, fs, W, g, t, c, (r), nt, (jk), jn]
     sg = sg.permute(0, 2, 1, 6, 3, 4, 5, 7).double()[:, :, :, :, :, :, None, :, None, :, None]
     nzs = nzs.permute(0, 2, 1, 6, 3, 4, 5, 7)[:, :, :, :, :, :, None, :, None, :, None]
-    wv = (vals * sg + nzs).to(act).double()                      # one rounding per weight (fma)
+    post = not rec.zero and L.group >= L.Kpad                   # y = s * (x . v) in f32: no rounding per weight
+    wv = vals if post else (vals * sg + nzs).to(act).double()     # else one rounding per weight (fma)
     # A[n, k]: n = nb*256 + w*32 + nt*16 + jn*8 + g; logical k = fs*128 + 32c + 16r + 8jk + 2t + e
     A = wv.permute(0, 2, 7, 9, 3, 1, 5, 6, 8, 4, 10)            # nb w nt jn g | fs c r jk t e
     A = A.reshape(L.Npad, L.Kpad)
     xp = xperm(x.detach().cpu(), L.Kpad).double()
-    return (xp @ A.t())[:, :L.N]
+    y = xp @ A.t()
+    if post:
+        y = y * s[:, :, 0].permute(0, 1, 2, 4, 3).reshape(-1).double()[None]   # [nb, W, nt, jn, g] -> channel
+    return y[:, :L.N]

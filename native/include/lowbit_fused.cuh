@@ -19,7 +19,8 @@
 // chunk c + 1 runs under the wgmma of chunk c, and a ring slot is refilled only after the wgmma that read it (two
 // stages back) completed.
 // Numerics: the same as the dequantize + cuBLAS path up to one rounding: each weight is rounded once to the
-// activation dtype after its scale (fma(v, s, -round(z * s))), products summed in f32 by the tensor cores.
+// activation dtype after its scale (fma(v, s, -round(z * s))), products summed in f32 by the tensor cores; with one
+// group over all of K and no zero point, the exact values instead and y = s * sum in f32 (no rounding of weights).
 #pragma once
 #include <cstdint>
 #include "lowbit_common.cuh"
@@ -161,6 +162,9 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
   // counting stages; other groups: looked up per chunk (a division)
   const bool stage_groups = p.group % FK == 0;
   const int spg = stage_groups ? p.group / FK : 1;
+  // one group over all of K and no zero point: the tensor cores see the exact values, y = s * (x . v) in f32 at the
+  // end (no scale fma per weight; one rounding, of y)
+  const bool post_scale = !R::ZERO && p.group >= p.Kpad;
   int cur = -1;
 
   float acc[2][64];
@@ -246,9 +250,11 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
           for (int i = 0; i < 16; ++i) ab[h][i] = w[i % BITS];
         } else {
           R::deq(w, ab[h], magic);
+          if (!post_scale) {
 #pragma unroll
-          for (int i = 0; i < 16; ++i)
-            ab[h][i] = fma2<BF>(ab[h][i], s2[(i >> 2) & 1][i & 1], o2[(i >> 2) & 1][i & 1]);
+            for (int i = 0; i < 16; ++i)
+              ab[h][i] = fma2<BF>(ab[h][i], s2[(i >> 2) & 1][i & 1], o2[(i >> 2) & 1][i & 1]);
+          }
         }
       }
       // the descriptors are defined before the fence (ptxas serializes a pipeline into which a non-wgmma
@@ -291,10 +297,11 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
     for (int q = 0; q < 4; ++q) {
       const int n = nb * BN + warp * 32 + nt * 16 + (q >> 1) * 8 + g;
       if (n >= p.N) continue;
+      const float sc = post_scale ? lo_f32<BF>(s2[nt][q >> 1]) : 1.f;
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
         const int m = m0 + 8 * j + 2 * t + (q & 1);
-        if (m < p.M) y[(size_t)m * p.N + n] = f32_to_act<BF>(acc[nt][4 * j + q]);
+        if (m < p.M) y[(size_t)m * p.N + n] = f32_to_act<BF>(post_scale ? sc * acc[nt][4 * j + q] : acc[nt][4 * j + q]);
       }
     }
 }
