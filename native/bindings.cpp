@@ -142,7 +142,7 @@ bool lowbit_fused_built(const std::string &recipe, bool out_bf16) {
 }
 
 void lowbit_fused(const std::string &recipe, at::Tensor wq, at::Tensor sc, at::Tensor xp, at::Tensor y, int64_t N,
-                  int64_t iters, int64_t nblocks, int64_t ngroups, int64_t group, int64_t q) {
+                  int64_t iters, int64_t nblocks, int64_t ngroups, int64_t group, int64_t build) {
   check_cuda_contig(wq, "wq");
   check_cuda_contig(sc, "sc");
   check_cuda_contig(xp, "xp");
@@ -157,7 +157,7 @@ void lowbit_fused(const std::string &recipe, at::Tensor wq, at::Tensor sc, at::T
   p.xp = xp.data_ptr();
   p.y = y.data_ptr();
   p.M = (int)y.size(0), p.N = (int)N, p.Kpad = (int)xp.size(1), p.iters = (int)iters, p.nblocks = (int)nblocks;
-  p.ngroups = (int)ngroups, p.group = (int)group, p.q = (int)q;
+  p.ngroups = (int)ngroups, p.group = (int)group, p.build = (int)build;
   check_lowbit(native_lowbit_fused(recipe.c_str(), y.scalar_type() == at::kBFloat16, &p, cur_stream()), recipe,
                "lowbit_fused");
 }

@@ -22,7 +22,6 @@ from native.prefill_tune import parse_points
 from native.tune import _check_json_path, build_or_report
 
 DEFAULT = "u4,128,8192,57344,2048;u8,128,8192,57344,2048;u4,128,8192,57344,8192"
-BUILDS = {"fused_g1": 1, "fused_g2": 2, "nodeq": 1 | 1 << 4, "noload": 1 | 2 << 4, "bare": 1 | 3 << 4}
 TOL = 2e-3
 
 
@@ -49,6 +48,7 @@ def main(argv=None) -> int:
     from kernels.lowbit.formats import dequantize_ref, random_quantized
     from native import lowbit
     from native.build import build_tune
+    builds = {("fused_" + n if n[0] == "g" else n): b for n, b in lowbit.FUSED_BUILDS.items()}
     mod = build_or_report(build_tune)
     if mod is None:
         return 2
@@ -62,12 +62,12 @@ def main(argv=None) -> int:
         x = torch.randn(M, K, device="cuda").half()
         ref = x.double() @ w64
         del w64
-        errs = {n: rel_error(fn._fused(x, q), ref) for n, q in BUILDS.items() if n.startswith("fused")}
+        errs = {n: rel_error(fn._fused(x, b), ref) for n, b in builds.items() if n.startswith("fused")}
         del ref
         ok = all(e <= TOL for e in errs.values())
         bad += not ok
         jobs = {"cublas": lambda: torch.matmul(x, w16)}
-        jobs.update({n: (lambda q=q: fn._fused(x, q)) for n, q in BUILDS.items()})
+        jobs.update({n: (lambda b=b: fn._fused(x, b)) for n, b in builds.items()})
         ms = {n: [] for n in jobs}
         if ok:
             for _ in range(a.rounds):

@@ -16,7 +16,9 @@ activations, group sizes that are multiples of 8 or per channel.
   dequantization recipes: native/lowbit_layout.py), stream-K over all SMs.  f16 activations
   with floats of >= 5 exponent bits (f8e5m2 ...) run on bf16 tensor cores with x split into
   two exact bf16 rows (one more small launch).
-* otherwise ("prefill"): the native dequantize kernel writes W^T in the activation dtype,
+* otherwise ("prefill"): one of two paths, timed per shape. The fused kernel (native/include/lowbit_fused.cuh:
+  wgmma with the weights dequantized in registers, after a small permute of x), where it is built (every recipe
+  in its own tensor-core dtype). Or the native dequantize kernel writes W^T in the activation dtype,
   chunk by chunk of output channels, on a side stream into two buffers shared per device, while
   cuBLAS (torch.mm) multiplies the previous chunk straight into its columns of a row-major y
   (leading dimension N; until 1 Dec 2026 the product was y^T, returned as a transposed view that
@@ -52,6 +54,10 @@ PREFILL_SCHEDULES = {"whole": (1,), "halves": (1, 1), "quarters": (1,) * 4, "eig
 # x-split ones); "auto" times it beside the schedules.
 FUSED = "fused"
 PREFILL_CHOICES = ("auto", *PREFILL_SCHEDULES, FUSED)
+# the fused kernel's builds (FusedParams::build = G | DIAG << 4, lowbit_fused.cuh): G 32-k chunks per wgmma group; the
+# diagnostic ones (wrong results on purpose: native.fused_diag) leave out the dequantize (nodeq), the copies into the
+# ring (noload) or both (bare). The full extension has FUSED_G (g1), the tuning extension (build_tune) every one.
+FUSED_BUILDS = {"g1": 1, "g2": 2, "nodeq": 1 | 1 << 4, "noload": 1 | 2 << 4, "bare": 1 | 3 << 4}
 PREFILL_CAPTURE_DEFAULT = "eighths"   # under a CUDA-graph capture without a timed choice (the path until 2 Dec 2026)
 PREFILL_TUNE_ROUNDS = 3
 SCOPES = ("wait", "compute", "output")   # instrumented decode kernel (lowbit_kernel.cuh enum)
@@ -398,8 +404,7 @@ class LowbitMatmul:
     # -- prefill -----------------------------------------------------------------------------
     def fused_ok(self) -> bool:
         """Whether the fused prefill kernel is built for this weight's recipe and dtype (not for x split)."""
-        return (not self.pw.xsplit and hasattr(self.mod, "lowbit_fused_built")
-                and self.mod.lowbit_fused_built(self.pw.rec.name, self.pw.act == torch.bfloat16))
+        return not self.pw.xsplit and self.mod.lowbit_fused_built(self.pw.rec.name, self.pw.act == torch.bfloat16)
 
     def prefill_schedules(self) -> dict:
         """The candidate prefill paths: name -> n-blocks per chunk (PREFILL_SCHEDULES, deduplicated), and FUSED ->
@@ -477,15 +482,15 @@ class LowbitMatmul:
             nb0 += nb
         return y
 
-    def _fused(self, x: torch.Tensor, q: int = 0) -> torch.Tensor:
+    def _fused(self, x: torch.Tensor, build: int = 0) -> torch.Tensor:
         """y [M, N] row-major from the fused kernel: x permuted into the layout's k order (and zero-padded to Kpad)
         by one small kernel (rows padded to a multiple of 128 with zeros), then one launch of n-blocks x ceil(M / 128)
-        blocks. q: 32-k chunks per wgmma group (0: the build's default; the tuning extension has 1 and 2)."""
+        blocks. build: FUSED_BUILDS[name] (0: the extension's default; the tuning extension has them all)."""
         pw, L = self.pw, self.pw.L
         xp = torch.empty(-(-x.shape[0] // 128) * 128, L.Kpad, dtype=pw.act, device=self.dev)   # rows past M: zero
         self.mod.lowbit_xperm(x, xp)
         y = torch.empty(x.shape[0], L.N, dtype=pw.act, device=self.dev)
-        self.mod.lowbit_fused(pw.rec.name, pw.words, pw.scales, xp, y, L.N, L.iters, L.nblocks, L.ngroups, L.group, q)
+        self.mod.lowbit_fused(pw.rec.name, pw.words, pw.scales, xp, y, L.N, L.iters, L.nblocks, L.ngroups, L.group, build)
         return y
 
     # -- call --------------------------------------------------------------------------------

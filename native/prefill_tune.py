@@ -104,14 +104,15 @@ def main(argv=None):
         errs = {}
         for name, sched in cands.items():
             errs[name] = rel_error(fn._prefill(xc, sched), ref)
-        both_q = a.tune_build and lowbit.FUSED in cands   # the tuning extension builds both group sizes (q)
-        if both_q:
-            for q in (1, 2):
-                errs[f"fused_q{q}"] = rel_error(fn._fused(xc, q), ref)
+        both_g = a.tune_build and lowbit.FUSED in cands   # the tuning extension builds both chunk-group sizes G
+        if both_g:
+            for g_ in (1, 2):
+                errs[f"fused_g{g_}"] = rel_error(fn._fused(xc, lowbit.FUSED_BUILDS[f"g{g_}"]), ref)
         del ref
         ok = all(e <= TOL for e in errs.values())
         bad += not ok
-        row = dict(fmt=fmt, g=g, K=K, N=N, M=M, schedules={n: (list(s) if isinstance(s, tuple) else s) for n, s in cands.items()}, err=errs, ok=ok)
+        scheds = {n: (list(s) if isinstance(s, tuple) else s) for n, s in cands.items()}
+        row = dict(fmt=fmt, g=g, K=K, N=N, M=M, schedules=scheds, err=errs, ok=ok)
         if ok:
             L = fn.pw.L
             dq_out = torch.empty(L.nblocks * 256, K, dtype=dt, device="cuda")
@@ -121,8 +122,8 @@ def main(argv=None):
                     "dequant": lambda: mod.lowbit_dequant(fn.pw.rec.name, fn.pw.words, qw.scales, zeros, dq_out, K, N,
                                                           L.iters, 0, L.nblocks, group)}
             jobs.update({f"sched_{n}": (lambda s=s: fn._prefill(x, s)) for n, s in cands.items()})
-            if both_q:
-                jobs.update({f"fused_q{q}": (lambda q=q: fn._fused(x, q)) for q in (1, 2)})
+            if both_g:
+                jobs.update({f"fused_g{g_}": (lambda b=lowbit.FUSED_BUILDS[f"g{g_}"]: fn._fused(x, b)) for g_ in (1, 2)})
             ms = {k: [] for k in jobs}
             for _ in range(2):
                 for k, j in jobs.items():
@@ -142,7 +143,7 @@ def main(argv=None):
             print(f"{fmt:6s} g{g:4d} K={K:5d} N={N:5d} M={M:5d} | cublas {med['cublas']:.3f} ms (W^T layout "
                   f"{med['cublas_wt']:.3f}) | dequant {med['dequant']:.3f} ms {row['dequant_gbs']:.0f} GB/s | "
                   + " ".join(f"{n} {row['vs_cublas'][n]:.3f}x" for n in cands)
-                  + "".join(f" fused_q{q} {med['cublas'] / med[f'fused_q{q}']:.3f}x" for q in (1, 2) if both_q)
+                  + "".join(f" fused_g{g_} {med['cublas'] / med[f'fused_g{g_}']:.3f}x" for g_ in (1, 2) if both_g)
                   + f" | best {row['best']}, auto {name}", flush=True)
         else:
             print(f"FAIL {fmt} g{g} K={K} N={N} M={M}: errors {errs}", flush=True)

@@ -14,10 +14,10 @@
 //
 // Pipeline: a ring of S stages of FK = 128 k in shared memory (the block's packed words, each thread copying and
 // reading back its own; the x tile, 128 rows x 256 bytes as two swizzled 64-k halves), filled by cp.async S - 2
-// stages ahead, one mbarrier per slot instead of a block-wide barrier (below).  Per 32-k chunk: dequantize into one
-// of two register buffers, fence, 4 wgmma, commit, wait until at most one group is pending -- so the dequantize of
-// chunk c + 1 runs under the wgmma of chunk c, and a ring slot is refilled only after the wgmma that read it (two
-// stages back) completed.
+// stages ahead, one mbarrier per slot instead of a block-wide barrier (below).  Per group of G 32-k chunks:
+// dequantize into fresh registers, fence, 4 G wgmma, commit, wait until at most one group is pending -- so the
+// dequantize of the next group runs under the wgmma of this one (ptxas keeps no more than that in flight), and a
+// ring slot is refilled only after the wgmma that read it (two stages back) completed.
 // Numerics: the same as the dequantize + cuBLAS path up to one rounding: each weight is rounded once to the
 // activation dtype after its scale (fma(v, s, -round(z * s))), products summed in f32 by the tensor cores; with one
 // group over all of K and no zero point, the exact values instead and y = s * sum in f32 (no rounding of weights).
@@ -347,24 +347,25 @@ int fused_launch_g(const FusedParams &p, void *stream) {
   return (int)cudaGetLastError();
 }
 
-// FusedParams::q = chunks per wgmma group: 0 = FUSED_G; 1 or 2 where built (LOWBIT_FUSED_BOTH_G: the tuning extension
-// builds both, and G = 1 with DIAG = q >> 4), else -1
+// FusedParams::build = G | DIAG << 4 (0: G = FUSED_G, no DIAG): where built -- the full extension FUSED_G only, the
+// tuning extension (LOWBIT_FUSED_BOTH_G) G = 1 and 2 and the diagnostic builds of G = 1 -- else -1
 #ifndef LOWBIT_FUSED_G
 #define LOWBIT_FUSED_G 1
 #endif
 constexpr int FUSED_G = LOWBIT_FUSED_G;
 template <class R>
 int fused_launch(const FusedParams &p, void *stream) {
-  const int q = p.q ? p.q : FUSED_G;
+  const int b = p.build ? p.build : FUSED_G;
 #ifdef LOWBIT_FUSED_BOTH_G
-  if (q == 1) return fused_launch_g<R, 1>(p, stream);
-  if (q == 2) return fused_launch_g<R, 2>(p, stream);
-  if (q == (1 | FUSED_DIAG_NODEQ << 4)) return fused_launch_g<R, 1, FUSED_DIAG_NODEQ>(p, stream);
-  if (q == (1 | FUSED_DIAG_NOLOAD << 4)) return fused_launch_g<R, 1, FUSED_DIAG_NOLOAD>(p, stream);
-  if (q == (1 | 3 << 4)) return fused_launch_g<R, 1, FUSED_DIAG_NODEQ | FUSED_DIAG_NOLOAD>(p, stream);
+  if (b == 1) return fused_launch_g<R, 1>(p, stream);
+  if (b == 2) return fused_launch_g<R, 2>(p, stream);
+  if (b == (1 | FUSED_DIAG_NODEQ << 4)) return fused_launch_g<R, 1, FUSED_DIAG_NODEQ>(p, stream);
+  if (b == (1 | FUSED_DIAG_NOLOAD << 4)) return fused_launch_g<R, 1, FUSED_DIAG_NOLOAD>(p, stream);
+  if (b == (1 | (FUSED_DIAG_NODEQ | FUSED_DIAG_NOLOAD) << 4))
+    return fused_launch_g<R, 1, FUSED_DIAG_NODEQ | FUSED_DIAG_NOLOAD>(p, stream);
   return -1;
 #else
-  return q == FUSED_G ? fused_launch_g<R, FUSED_G>(p, stream) : -1;
+  return b == FUSED_G ? fused_launch_g<R, FUSED_G>(p, stream) : -1;
 #endif
 }
 

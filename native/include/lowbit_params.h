@@ -35,7 +35,7 @@ struct FusedParams {      // the fused prefill kernel (lowbit_fused.cuh)
   const void *xp;          // [ceil(M / 128) * 128][Kpad] x permuted within every 32 k, zero past K and M (native_lowbit_xperm)
   void *y;                 // [M][N] output, row-major (activation dtype)
   int M, N, Kpad, iters, nblocks, ngroups, group;  // iters: the layout's stages; group: k per group (Kpad per channel)
-  int q;                   // 32-k chunks per wgmma commit group (lowbit_fused.cuh): 0 = the build's default
+  int build;               // G (32-k chunks per wgmma group) | DIAG << 4 (lowbit_fused.cuh): 0 = the build's default
   uint32_t magic;          // the recipe's MAGIC (set by the launcher)
 };
 
