@@ -166,8 +166,9 @@ void lowbit_xperm(at::Tensor x, at::Tensor xp) {
   check_cuda_contig(x, "x");
   check_cuda_contig(xp, "xp");
   TORCH_CHECK(x.dim() == 2 && xp.dim() == 2 && xp.size(0) >= x.size(0) && x.scalar_type() == xp.scalar_type() &&
-                  x.element_size() == 2 && x.size(1) % 8 == 0 && xp.size(1) % 32 == 0 && xp.size(1) >= x.size(1),
-              "xperm: x [M, K] (K % 8 == 0) -> xp [Mp >= M, Kpad >= K] (Kpad % 32 == 0), 16-bit");
+                  x.element_size() == 2 && x.size(1) % 8 == 0 && xp.size(0) % 128 == 0 && xp.size(1) % 128 == 0 &&
+                  xp.size(1) >= x.size(1),
+              "xperm: x [M, K] (K % 8 == 0) -> xp [Mp >= M, Kpad >= K] (Mp % 128 == 0, Kpad % 128 == 0), 16-bit");
   check(native_lowbit_xperm(x.data_ptr(), xp.data_ptr(), (int)x.size(0), (int)xp.size(0), (int)x.size(1),
                             (int)xp.size(1), cur_stream()),
         "lowbit_xperm");

@@ -17,7 +17,7 @@ from kernels.baselines import Case
 from kernels.lowbit.formats import ALL_FORMAT_NAMES, dequantize_ref, parse_format, random_quantized
 from native import build, lowbit
 from native import lowbit_layout as LL
-from native.lowbit_emulate import emulate_fused, emulate_gemv, xperm
+from native.lowbit_emulate import emulate_fused, emulate_gemv, xperm, xtiles
 
 ACTS = {"f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -380,6 +380,25 @@ def test_xperm_puts_each_fragment_k_where_the_wgmma_reads_it():
                         assert xp[32 * c + 16 * r + 8 * jk + 2 * t + e] == (phys + 1 if phys < K else 0)
     # the same physical k the layout's fragment view puts at (lane t, chunk c, pair 8r + 2jk, half e)
     assert int(kk[0, 0, 0, 1, 0, 8 * 1 + 2 * 1, 1]) == 8 * 1 + 4 * 1 + 2 * 1 + 1
+
+
+def test_xtiles_are_the_wgmma_b_layout_of_every_ring_slot():
+    """lowbit_xperm_kernel writes x as the fused kernel's ring-slot images (each warp's lane 0 bulk-copies an eighth
+    of one): read back the way the wgmma descriptor reads a slot (128-byte swizzle, K-major: sub-tile of 64 k,
+    8-row groups 1024 bytes apart, rows 128 bytes, 16-byte chunk c of row r at c ^ (r % 8)), every element is the
+    logical x it stands for, and each (m-tile, stage) image is one contiguous 32 KB run."""
+    Mp, Kpad = 256, 384
+    x = torch.randn(Mp, Kpad, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    img = xtiles(x)
+    assert img.numel() == Mp * Kpad
+    m = torch.arange(Mp)[:, None].expand(Mp, Kpad)
+    k = torch.arange(Kpad)[None, :].expand(Mp, Kpad)
+    mt, rr, fs, kin = m // 128, m % 128, k // 128, k % 128
+    h, c, e = kin // 64, (kin % 64) // 8, kin % 8
+    slot = (mt * (Kpad // 128) + fs) * (128 * 128)            # elements of one 32 KB image (16-bit x)
+    addr = slot + h * 128 * 64 + (rr // 8) * 512 + (rr % 8) * 64 + (c ^ (rr % 8)) * 8 + e
+    assert torch.equal(img[addr], x)
+    assert sorted(addr.flatten().tolist()) == list(range(Mp * Kpad))   # a bijection: nothing written twice
 
 
 FUSED = [  # fmt, act, group, K, N, M

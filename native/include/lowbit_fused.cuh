@@ -12,12 +12,14 @@
 // (lowbit_xperm_kernel) into the mma's logical k order (the decode layout gives thread t the physical k 8t .. 8t + 7
 // of each 32: logical 16r + 8jk + 2t + e = physical 8t + 4r + 2jk + e), zero-padded to the layout's Kpad.
 //
-// Pipeline: a ring of S stages of FK = 128 k in shared memory (the block's packed words, each thread copying and
-// reading back its own; the x tile, 128 rows x 256 bytes as two swizzled 64-k halves), filled by cp.async S - 2
-// stages ahead, one mbarrier per slot instead of a block-wide barrier (below).  Per group of G 32-k chunks:
-// dequantize into fresh registers, fence, 4 G wgmma, commit, wait until at most one group is pending -- so the
-// dequantize of the next group runs under the wgmma of this one (ptxas keeps no more than that in flight), and a
-// ring slot is refilled only after the wgmma that read it (two stages back) completed.
+// x is written as the exact images of the ring slots (one contiguous XBYTES run per m-tile and stage).
+// Pipeline: a ring of S stages of FK = 128 k in shared memory (the block's packed words; the x tile, 128 rows x 256
+// bytes as two swizzled 64-k halves), filled S - 2 stages ahead by cp.async.bulk (the TMA unit): lane 0 of each
+// warp copies its warp's words and an eighth of the x tile, one mbarrier per slot instead of a block-wide barrier
+// (below).  Per group of G 32-k chunks: each thread reads its words from the slot, dequantizes into fresh
+// registers, fence, 4 G wgmma, commit, wait until at most one group is pending -- so the dequantize of the next
+// group runs under the wgmma of this one (ptxas keeps no more than that in flight), and a ring slot is refilled only
+// after the wgmma that read it (two stages back) completed.
 // Numerics: the same as the dequantize + cuBLAS path up to one rounding: each weight is rounded once to the
 // activation dtype after its scale (fma(v, s, -round(z * s))), products summed in f32 by the tensor cores; with one
 // group over all of K and no zero point, the exact values instead and y = s * sum in f32 (no rounding of weights).
@@ -117,22 +119,25 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
   const int fiters = p.Kpad / FK;
   const uint32_t magic = p.magic;
 
-  // loader: this thread's BITS code vectors per stage (its warp's run of the layout, its lane) and 8 x chunks: rows
-  // xrow + 16 i, 16-byte chunk xcc of the stage's 256 bytes (xp has ceil(M / BM) * BM rows, the extra ones zero)
-  const uint4 *wsrc = static_cast<const uint4 *>(p.wq) + ((size_t)nb * p.iters * WARPS + warp) * (32 * VEC) + lane;
-  const uint32_t cdst = (warp * BITS * 32 + lane) * 16;
-  const int xrow = tid >> 4, xcc = tid & 15;
-  const uint32_t xdst = code_bytes(BITS) + (xcc >> 3) * (BM * 128) + xrow * 128 + (((xcc & 7) ^ (xrow & 7)) << 4);
-  const uint16_t *xsrc = static_cast<const uint16_t *>(p.xp) + (size_t)(m0 + xrow) * p.Kpad + xcc * 8;
-  const size_t xstride = (size_t)16 * p.Kpad;
-  auto load = [&](int fs, uint32_t base) {
-    if constexpr ((DIAG & FUSED_DIAG_NOLOAD) != 0) return;
-    const uint4 *src = wsrc + (size_t)(fs / SUBS) * (WARPS * 32 * VEC) + (fs % SUBS) * (BITS * 32);
-#pragma unroll
-    for (int v = 0; v < BITS; ++v) cp_async16(base + cdst + v * 512, src + v * 32, 16);
-    const uint16_t *xs = xsrc + fs * FK;
-#pragma unroll
-    for (int i = 0; i < BM / 16; ++i) cp_async16(base + xdst + i * 16 * 128, xs + i * xstride, 16);
+  // loader: lane 0 of every warp moves, per stage, its warp's run of the packed words (BITS x 512 bytes: the warp's
+  // region of the ring slot, lane l's vectors at l * 16 + v * 512) and one eighth of the stage's x tile, which
+  // lowbit_xperm_kernel wrote as the slot's exact image (XBYTES contiguous bytes per (m-tile, stage)), with two
+  // cp.async.bulk onto the slot's mbarrier: no per-thread copies, address arithmetic or copy waits in the main loop
+  constexpr uint32_t WBYTES = BITS * 512, XSLICE = XBYTES / WARPS;
+  const uint8_t *wsrc = static_cast<const uint8_t *>(p.wq) + ((size_t)nb * p.iters * WARPS + warp) * (32 * VEC) * 16;
+  const uint32_t cdst = warp * WBYTES, crd = cdst + lane * 16;
+  const uint32_t xdst = code_bytes(BITS) + warp * XSLICE;
+  const uint8_t *xsrc = static_cast<const uint8_t *>(p.xp) + (size_t)(m0 / BM) * fiters * XBYTES + warp * XSLICE;
+  auto load = [&](int fs, uint32_t base, uint32_t bar) {
+    if (lane != 0) return;
+    if constexpr ((DIAG & FUSED_DIAG_NOLOAD) != 0) {
+      mbar_expect_tx(bar, 0);  // the arrival only: the ring holds what it held
+    } else {
+      mbar_expect_tx(bar, WBYTES + XSLICE);
+      bulk_g2s(base + cdst, wsrc + ((size_t)(fs / SUBS) * (WARPS * 32 * VEC) + (fs % SUBS) * (BITS * 32)) * 16, WBYTES,
+               bar);
+      bulk_g2s(base + xdst, xsrc + (size_t)fs * XBYTES, XSLICE, bar);
+    }
   };
 
   // scales: group G, tile nt of this thread's row pair (g, g + 8) at scb + (G * 16 + nt * 8) * SW
@@ -173,31 +178,26 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[nt][i] = 0.f;
 
-  // full[s]: one phase per use of ring slot s, completed when all THREADS threads arrived -- a thread arrives for
-  // stage f once its own copies of f landed (and are fenced for the async proxy) and its warpgroup's wgmma of stage
+  // full[s]: one phase per use of ring slot s, completed when all THREADS threads and the WARPS copying lanes
+  // arrived and the copies' bytes landed -- lane 0 of each warp arrives (with the bytes it expects) as it issues
+  // the copies of stage f, two stages ahead; every thread arrives for stage f once its warpgroup's wgmma of stage
   // f - 2 completed, in the middle of stage f - 1 (ARRIVE_AT: the chunk after whose wait it arrives).  So waiting
-  // on stage f's phase says both that f's x tile is whole and that f - 2's slot may be refilled, and the two
-  // warpgroups never meet at a block-wide barrier (each may run up to half a stage ahead of the other).
+  // on stage f's phase says both that f's words and x tile are whole and that f - 2's slot may be refilled, and the
+  // two warpgroups never meet at a block-wide barrier (each may run up to half a stage ahead of the other).
   __shared__ __align__(8) uint64_t full[S];
   const uint32_t full0 = smem_u32(full);
   if (tid == 0) {
 #pragma unroll
-    for (int s = 0; s < S; ++s) mbar_init(full0 + 8 * s, THREADS);
+    for (int s = 0; s < S; ++s) mbar_init(full0 + 8 * s, THREADS + WARPS);
     fence_mbar_init();
   }
   __syncthreads();
   constexpr int ARRIVE_AT = S == 3 ? FCH - 1 : 2 * G - 1;  // with one stage of look-ahead, as late as possible
-  auto arrive = [&](uint32_t bar) {
-    fence_proxy_async();  // this thread's copies (generic proxy) before the wgmma reads of them (async proxy)
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-  };
+  auto arrive = [&](uint32_t bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory"); };
 
 #pragma unroll
-  for (int s = 0; s < S - 2; ++s) {
-    if (s < fiters) load(s, ring + s * stage_bytes(BITS));
-    cp_async_commit();
-  }
-  cp_async_wait<S - 3>();
+  for (int s = 0; s < S - 2; ++s)
+    if (s < fiters) load(s, ring + s * stage_bytes(BITS), full0 + 8 * s);
   arrive(full0);
   uint32_t nraw[2][2];
   bool pending = stage_groups;  // nraw holds the scales of the next stage's group, not yet applied
@@ -208,8 +208,7 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
   for (int fs = 0; fs < fiters; ++fs) {
     mbar_wait(full0 + 8 * slot, parity);
     asm volatile("" ::: "memory");  // the loads and copies below stay after the wait
-    if (fs + S - 2 < fiters) load(fs + S - 2, ring + lslot * stage_bytes(BITS));
-    cp_async_commit();
+    if (fs + S - 2 < fiters) load(fs + S - 2, ring + lslot * stage_bytes(BITS), full0 + 8 * lslot);
     if (stage_groups) {
       if (pending) set_sc(nraw), pending = false;
       if (--left == 0 && fs + 1 < fiters) left = spg, load_sc(++gnext, nraw), pending = true;
@@ -237,12 +236,12 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
           for (int v = 0; v < BITS / 4; ++v)
             asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
                          : "=r"(w[4 * v]), "=r"(w[4 * v + 1]), "=r"(w[4 * v + 2]), "=r"(w[4 * v + 3])
-                         : "r"(base + cdst + (c * BITS / 4 + v) * 512));
+                         : "r"(base + crd + (c * BITS / 4 + v) * 512));
         } else {
 #pragma unroll
           for (int j = 0; j < BITS; ++j) {
             const int i = c * BITS + j;
-            asm volatile("ld.shared.u32 %0, [%1];" : "=r"(w[j]) : "r"(base + cdst + (i >> 2) * 512 + (i & 3) * 4));
+            asm volatile("ld.shared.u32 %0, [%1];" : "=r"(w[j]) : "r"(base + crd + (i >> 2) * 512 + (i & 3) * 4));
           }
         }
         if constexpr ((DIAG & FUSED_DIAG_NODEQ) != 0) {
@@ -277,17 +276,13 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
                                     ab[h][8 * r + 4 * nt + 2], ab[h][8 * r + 4 * nt + 3], desc[2 * h + r]);
       wgmma_commit();
       wgmma_wait<1>();  // the previous group retired: its registers are free
-      if (c0 + G - 1 == ARRIVE_AT && fs + 1 < fiters) {  // all of stage fs - 1's wgmma retired
-        cp_async_wait<S - 3>();                           // this thread's copies of stage fs + 1
-        arrive(full0 + 8 * nslot);
-      }
+      if (c0 + G - 1 == ARRIVE_AT && fs + 1 < fiters) arrive(full0 + 8 * nslot);  // stage fs - 1's wgmma retired
     }
     slot = nslot;
     lslot = lslot + 1 == S ? 0 : lslot + 1;
     parity ^= slot == 0;
   }
   wgmma_wait<0>();
-  cp_async_wait<0>();
 
   // D fragment of tile nt: value 4 j + q = (row g + 8 (q >> 1), token 8 j + 2 t + (q & 1)) -> y[m][n] row-major
   uint16_t *y = static_cast<uint16_t *>(p.y);
@@ -306,8 +301,11 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
     }
 }
 
-// x [M][K] -> xp [Mp][Kpad]: within every 32 k, logical position 16 r + 8 jk + 2 t + e holds physical k
-// 8 t + 4 r + 2 jk + e (the decode layout's fragment order); k >= K and rows >= M zero.  One thread per 32 k of a row.
+// x [M][K] -> xp: the fused kernel's x tiles as the exact images of its ring slots, XBYTES per (m-tile of BM rows,
+// stage of FK k), the m-tile's stages in order.  Within every 32 k, logical position 16 r + 8 jk + 2 t + e holds
+// physical k 8 t + 4 r + 2 jk + e (the decode layout's fragment order); a stage is two sub-tiles of BM rows x 64
+// logical k (128 bytes a row), its 16-byte chunk c of row rr at ((c ^ (rr & 7)) << 4): wgmma's 128-byte-swizzled
+// K-major layout.  k >= K and rows >= M zero.  One thread per 32 k of a row; Mp % BM == 0, Kpad % FK == 0.
 static __global__ void __launch_bounds__(THREADS) lowbit_xperm_kernel(const uint32_t *x, uint32_t *xp, int M, int Mp,
                                                                        int K, int Kpad) {
   const int G = Kpad / KG;
@@ -321,13 +319,17 @@ static __global__ void __launch_bounds__(THREADS) lowbit_xperm_kernel(const uint
     const uint4 u = m < M && grp * KG + 8 * v < K ? __ldg(src + v) : make_uint4(0, 0, 0, 0);
     w[4 * v] = u.x, w[4 * v + 1] = u.y, w[4 * v + 2] = u.z, w[4 * v + 3] = u.w;
   }
-  uint4 *dst = reinterpret_cast<uint4 *>(xp + (size_t)m * (Kpad / 2)) + grp * 4;
-  // output pair 8 r + 4 jk + t <- input pair 4 t + 2 r + jk
+  // this 32 k: stage grp / 4, sub-tile (grp / 2) % 2, chunks 4 (grp % 2) .. + 3 of row rr of m-tile m / BM
+  const int rr = m % fused::BM, c0 = (grp & 1) * 4;
+  uint4 *row = reinterpret_cast<uint4 *>(xp) +
+               (((size_t)(m / fused::BM) * (Kpad / fused::FK) + grp / 4) * 2 + ((grp >> 1) & 1)) * (fused::BM * 8) +
+               rr * 8;
+  // output pair 8 r + 4 jk + t (chunk 2 r + jk of the 32 k) <- input pair 4 t + 2 r + jk
 #pragma unroll
   for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int jk = 0; jk < 2; ++jk)
-      dst[2 * r + jk] = make_uint4(w[2 * r + jk], w[4 + 2 * r + jk], w[8 + 2 * r + jk], w[12 + 2 * r + jk]);
+      row[(c0 + 2 * r + jk) ^ (rr & 7)] = make_uint4(w[2 * r + jk], w[4 + 2 * r + jk], w[8 + 2 * r + jk], w[12 + 2 * r + jk]);
 }
 
 template <class R, int G, int DIAG = 0>

@@ -32,7 +32,7 @@ struct DequantParams {
 struct FusedParams {      // the fused prefill kernel (lowbit_fused.cuh)
   const void *wq;          // the packed words (as GemvParams::wq)
   const void *sc;          // the packed scales (as GemvParams::sc)
-  const void *xp;          // [ceil(M / 128) * 128][Kpad] x permuted within every 32 k, zero past K and M (native_lowbit_xperm)
+  const void *xp;          // x as the kernel's ring-slot images, 128 rows x 128 k each, zero past K and M (native_lowbit_xperm)
   void *y;                 // [M][N] output, row-major (activation dtype)
   int M, N, Kpad, iters, nblocks, ngroups, group;  // iters: the layout's stages; group: k per group (Kpad per channel)
   int build;               // G (32-k chunks per wgmma group) | DIAG << 4 (lowbit_fused.cuh): 0 = the build's default
