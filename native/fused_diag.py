@@ -1,6 +1,6 @@
 """Take the fused prefill kernel's time apart (native/include/lowbit_fused.cuh; issue 13), ~1 minute on an H200.
 
-    python -m native.fused_diag [--json OUT] [--points FMT,G,K,N,M[;...]] [--rounds 2] [--samples 10]
+    python -m native.fused_diag [--json OUT] [--points FMT,G,K,N,M[;...]] [--rounds 2] [--samples 10] [--clocks S]
 
 Builds the tuning extension (native.build.build_tune: the TUNED recipes, both chunk-group sizes G = 1, 2 and the
 diagnostic builds of G = 1) and times, per point, in alternating rounds with the harness's Timer: cuBLAS f16 on the
@@ -9,12 +9,18 @@ and the diagnostic builds, whose outputs are wrong on purpose: `nodeq` (the pack
 as they are: no dequantize, no scales), `noload` (no copies into the ring: no global traffic but the output) and
 `bare` (neither: the wgmma, the ring's barriers and the epilogue). Each time is also given as cuBLAS time over it;
 tensor time at the dense peak is 2 M K N / 989 TFLOP/s.
+
+--clocks S: then each job also runs back to back for S seconds while `nvidia-smi` samples the SM clock, the board
+power and the temperature every 50 ms (median of the samples after the first quarter of the window), beside the
+time per call over that window -- whether a build is slower per cycle or runs at a lower clock (power).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import statistics
+import subprocess
+import time
 
 import torch
 
@@ -23,6 +29,33 @@ from native.tune import _check_json_path, build_or_report
 
 DEFAULT = "u4,128,8192,57344,2048;u8,128,8192,57344,2048;u4,128,8192,57344,8192"
 TOL = 2e-3
+SMI = ["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu", "--format=csv,noheader,nounits", "-lms", "50"]
+
+
+def sustained(job, seconds: float) -> dict:
+    """job run back to back for `seconds` under nvidia-smi sampling: ms per call, median SM MHz, W, deg C."""
+    for _ in range(3):
+        job()
+    torch.cuda.synchronize()
+    smi = subprocess.Popen(SMI, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    calls, t0 = 0, time.perf_counter()
+    try:
+        while time.perf_counter() - t0 < seconds:
+            for _ in range(8):
+                job()
+            calls += 8
+            torch.cuda.synchronize()
+        el = time.perf_counter() - t0
+    finally:
+        smi.terminate()
+        out, _ = smi.communicate(timeout=10)
+    rows = [[float(v) for v in ln.split(",")] for ln in out.splitlines() if ln.count(",") == 2 and "N/A" not in ln]
+    rows = rows[len(rows) // 4:]   # after the clock settled
+    if not rows:
+        return {"ms_per_call": el / calls * 1e3, "calls": calls, "samples": 0}
+    return {"ms_per_call": el / calls * 1e3, "calls": calls, "samples": len(rows),
+            "sm_mhz": statistics.median(r[0] for r in rows), "power_w": statistics.median(r[1] for r in rows),
+            "temp_c": statistics.median(r[2] for r in rows)}
 
 
 def main(argv=None) -> int:
@@ -31,6 +64,7 @@ def main(argv=None) -> int:
     ap.add_argument("--points", default=DEFAULT, metavar="FMT,G,K,N,M[;...]")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--samples", type=int, default=10)
+    ap.add_argument("--clocks", type=float, default=0.0, metavar="S", help="sustained-run seconds per job (0: none)")
     a = ap.parse_args(argv)
     try:
         points = parse_points(a.points)
@@ -41,6 +75,8 @@ def main(argv=None) -> int:
                 raise ValueError(f"point {p}: the tuning extension has the recipes {list(LL.TUNED)} only")
         if a.rounds < 1 or a.samples < 1:
             raise ValueError("--rounds and --samples must be >= 1")
+        if not 0 <= a.clocks <= 60:
+            raise ValueError("--clocks must be 0-60 seconds")
     except ValueError as e:
         print(f"config error: {e}")
         return 2
@@ -74,11 +110,17 @@ def main(argv=None) -> int:
                 for n, j in jobs.items():
                     ms[n].append(timer(j).median_ms)
         med = {n: statistics.mean(v) for n, v in ms.items() if v}
+        clocks = {n: sustained(j, a.clocks) for n, j in jobs.items()} if ok and a.clocks > 0 else {}
         peak_ms = 2 * M * K * N / 989e12 * 1e3
-        rows.append(dict(fmt=fmt, g=g, K=K, N=N, M=M, err=errs, ok=ok, ms_rounds=ms, ms=med, tensor_peak_ms=peak_ms))
+        rows.append(dict(fmt=fmt, g=g, K=K, N=N, M=M, err=errs, ok=ok, ms_rounds=ms, ms=med, tensor_peak_ms=peak_ms,
+                         sustained=clocks))
         if ok:
             print(f"{fmt:6s} g{g:4d} K={K} N={N} M={M} | tensor peak {peak_ms:.3f} ms | "
                   + " ".join(f"{n} {t:.3f} ms ({med['cublas'] / t:.3f}x)" for n, t in med.items()), flush=True)
+            for n, c in clocks.items():
+                print(f"    sustained {n:9s} {c['ms_per_call']:.3f} ms/call over {c['calls']} calls | "
+                      + (f"SM {c['sm_mhz']:.0f} MHz, {c['power_w']:.0f} W, {c['temp_c']:.0f} C" if c["samples"]
+                         else "no nvidia-smi samples"), flush=True)
         else:
             print(f"FAIL {fmt} g{g} K={K} N={N} M={M}: errors {errs}", flush=True)
         del fn, qw, x, w16
