@@ -54,10 +54,11 @@ PREFILL_SCHEDULES = {"whole": (1,), "halves": (1, 1), "quarters": (1,) * 4, "eig
 # x-split ones); "auto" times it beside the schedules.
 FUSED = "fused"
 PREFILL_CHOICES = ("auto", *PREFILL_SCHEDULES, FUSED)
-# the fused kernel's builds (FusedParams::build = G | DIAG << 4, lowbit_fused.cuh): G 32-k chunks per wgmma group; the
-# diagnostic ones (wrong results on purpose: native.fused_diag) leave out the dequantize (nodeq), the copies into the
-# ring (noload) or both (bare). The full extension has FUSED_G (g1), the tuning extension (build_tune) every one.
-FUSED_BUILDS = {"g1": 1, "g2": 2, "nodeq": 1 | 1 << 4, "noload": 1 | 2 << 4, "bare": 1 | 3 << 4}
+# the fused kernel's builds (FusedParams::build = G | DIAG << 4 | OPT << 8, lowbit_fused.cuh): G 32-k chunks per wgmma
+# group; hoist: G = 1 with each stage's words read into registers at once; the diagnostic ones (wrong results on
+# purpose: native.fused_diag) leave out the dequantize (nodeq), the copies into the ring (noload) or both (bare).
+# The full extension has FUSED_G (g1), the tuning extension (build_tune) every one.
+FUSED_BUILDS = {"g1": 1, "g2": 2, "nodeq": 1 | 1 << 4, "noload": 1 | 2 << 4, "bare": 1 | 3 << 4, "hoist": 1 | 1 << 8}
 PREFILL_CAPTURE_DEFAULT = "eighths"   # under a CUDA-graph capture without a timed choice (the path until 2 Dec 2026)
 PREFILL_TUNE_ROUNDS = 3
 SCOPES = ("wait", "compute", "output")   # instrumented decode kernel (lowbit_kernel.cuh enum)

@@ -444,7 +444,9 @@ def test_fused_kernel_choice_and_sources():
         assert f"LOWBIT_RECIPES_PART{2 * i + 1}(LOWBIT_FUSED_DEFINE)" in text
     head = (build.INCLUDE / "lowbit_fused.cuh").read_text()   # the builds Python names are those the launcher knows
     assert "enum { FUSED_DIAG_NODEQ = 1, FUSED_DIAG_NOLOAD = 2 };" in head and "#define LOWBIT_FUSED_G 1" in head
-    assert lowbit.FUSED_BUILDS == {"g1": 1, "g2": 2, "nodeq": 1 | 1 << 4, "noload": 1 | 2 << 4, "bare": 1 | 3 << 4}
+    assert "enum { FUSED_OPT_HOIST = 1 };" in head and "b == (1 | FUSED_OPT_HOIST << 8)" in head
+    assert lowbit.FUSED_BUILDS == {"g1": 1, "g2": 2, "nodeq": 1 | 1 << 4, "noload": 1 | 2 << 4, "bare": 1 | 3 << 4,
+                                   "hoist": 1 | 1 << 8}
     srcs = build.tune_sources(Path(__import__("tempfile").mkdtemp()))
     assert any(p.name == "lowbit_fused.cu" for p in srcs)
     assert all("LOWBIT_FUSED_DEFINE" in p.read_text() for p in srcs if p.name.startswith("tune_"))

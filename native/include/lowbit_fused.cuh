@@ -101,8 +101,11 @@ __device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
 // G: chunks per wgmma commit group (the dequantize of the next G chunks runs under the G * 4 wgmma of the last).
 // DIAG (native.fused_diag only, the tuning extension; the results are wrong on purpose): bit 0 no dequantize (the
 // words themselves as A), bit 1 no copies (the ring holds what it held), so that what is left is timed.
+// OPT (the tuning extension; results right): bit 0 (FUSED_OPT_HOIST) every word of the stage read from shared
+// memory into registers right after the stage's wait (4 BITS registers), instead of each chunk's before its dequantize.
 enum { FUSED_DIAG_NODEQ = 1, FUSED_DIAG_NOLOAD = 2 };
-template <class R, int G, int DIAG = 0>
+enum { FUSED_OPT_HOIST = 1 };
+template <class R, int G, int DIAG = 0, int OPT = 0>
 __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_constant__ FusedParams p) {
   using namespace fused;
   constexpr int BITS = R::BITS, S = ring_stages(BITS), VEC = (R::KSTEP / KG) * BITS / 4, SUBS = R::KSTEP / FK;
@@ -214,6 +217,15 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
       if (--left == 0 && fs + 1 < fiters) left = spg, load_sc(++gnext, nraw), pending = true;
     }
     const uint32_t base = ring + slot * stage_bytes(BITS);
+    constexpr bool HOIST = (OPT & FUSED_OPT_HOIST) != 0;
+    uint32_t ws[HOIST ? FCH * BITS : 1];  // HOIST: the stage's words, word i at vector i / 4
+    if constexpr (HOIST) {
+#pragma unroll
+      for (int v = 0; v < FCH * BITS / 4; ++v)
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(ws[4 * v]), "=r"(ws[4 * v + 1]), "=r"(ws[4 * v + 2]), "=r"(ws[4 * v + 3])
+                     : "r"(base + crd + v * 512));
+    }
     const int nslot = slot + 1 == S ? 0 : slot + 1;
 #pragma unroll
     for (int c0 = 0; c0 < FCH; c0 += G) {
@@ -231,7 +243,10 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
           }
         }
         uint32_t w[BITS];  // this chunk's words: word c * BITS + j of the stage at vector (c * BITS + j) / 4
-        if constexpr (BITS % 4 == 0) {
+        if constexpr (HOIST) {
+#pragma unroll
+          for (int j = 0; j < BITS; ++j) w[j] = ws[c * BITS + j];
+        } else if constexpr (BITS % 4 == 0) {
 #pragma unroll
           for (int v = 0; v < BITS / 4; ++v)
             asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -332,9 +347,9 @@ static __global__ void __launch_bounds__(THREADS) lowbit_xperm_kernel(const uint
       row[(c0 + 2 * r + jk) ^ (rr & 7)] = make_uint4(w[2 * r + jk], w[4 + 2 * r + jk], w[8 + 2 * r + jk], w[12 + 2 * r + jk]);
 }
 
-template <class R, int G, int DIAG = 0>
+template <class R, int G, int DIAG = 0, int OPT = 0>
 int fused_launch_g(const FusedParams &p, void *stream) {
-  auto k = lowbit_fused_kernel<R, G, DIAG>;
+  auto k = lowbit_fused_kernel<R, G, DIAG, OPT>;
   constexpr int smem = fused::smem_bytes(R::BITS);
   static bool attr = false;  // per instantiation (one device per process)
   if (!attr) {
@@ -349,8 +364,9 @@ int fused_launch_g(const FusedParams &p, void *stream) {
   return (int)cudaGetLastError();
 }
 
-// FusedParams::build = G | DIAG << 4 (0: G = FUSED_G, no DIAG): where built -- the full extension FUSED_G only, the
-// tuning extension (LOWBIT_FUSED_BOTH_G) G = 1 and 2 and the diagnostic builds of G = 1 -- else -1
+// FusedParams::build = G | DIAG << 4 | OPT << 8 (0: G = FUSED_G, no DIAG, no OPT): where built -- the full extension
+// FUSED_G only, the tuning extension (LOWBIT_FUSED_BOTH_G) G = 1 and 2, the diagnostic builds of G = 1 and G = 1 with
+// OPT = FUSED_OPT_HOIST -- else -1
 #ifndef LOWBIT_FUSED_G
 #define LOWBIT_FUSED_G 1
 #endif
@@ -365,6 +381,7 @@ int fused_launch(const FusedParams &p, void *stream) {
   if (b == (1 | FUSED_DIAG_NOLOAD << 4)) return fused_launch_g<R, 1, FUSED_DIAG_NOLOAD>(p, stream);
   if (b == (1 | (FUSED_DIAG_NODEQ | FUSED_DIAG_NOLOAD) << 4))
     return fused_launch_g<R, 1, FUSED_DIAG_NODEQ | FUSED_DIAG_NOLOAD>(p, stream);
+  if (b == (1 | FUSED_OPT_HOIST << 8)) return fused_launch_g<R, 1, 0, FUSED_OPT_HOIST>(p, stream);
   return -1;
 #else
   return b == FUSED_G ? fused_launch_g<R, FUSED_G>(p, stream) : -1;

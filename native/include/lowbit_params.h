@@ -35,7 +35,7 @@ struct FusedParams {      // the fused prefill kernel (lowbit_fused.cuh)
   const void *xp;          // x as the kernel's ring-slot images, 128 rows x 128 k each, zero past K and M (native_lowbit_xperm)
   void *y;                 // [M][N] output, row-major (activation dtype)
   int M, N, Kpad, iters, nblocks, ngroups, group;  // iters: the layout's stages; group: k per group (Kpad per channel)
-  int build;               // G (32-k chunks per wgmma group) | DIAG << 4 (lowbit_fused.cuh): 0 = the build's default
+  int build;               // G (32-k chunks per wgmma group) | DIAG << 4 | OPT << 8 (lowbit_fused.cuh): 0 = the build's default
   uint32_t magic;          // the recipe's MAGIC (set by the launcher)
 };
 
