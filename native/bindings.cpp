@@ -147,8 +147,9 @@ void lowbit_fused(const std::string &recipe, at::Tensor wq, at::Tensor sc, at::T
   check_cuda_contig(sc, "sc");
   check_cuda_contig(xp, "xp");
   check_cuda_contig(y, "y");
-  TORCH_CHECK(xp.dim() == 2 && y.dim() == 2 && xp.size(0) == (y.size(0) + 127) / 128 * 128 && y.size(1) == N,
-              "xp [ceil(M / 128) * 128, Kpad], y [M, N]");
+  const int64_t bm = lowbit::fused_bm((int)build);
+  TORCH_CHECK(xp.dim() == 2 && y.dim() == 2 && xp.size(0) == (y.size(0) + bm - 1) / bm * bm && y.size(1) == N,
+              "xp [ceil(M / bm) * bm, Kpad] (bm = 128, 256 for the wide build), y [M, N]");
   TORCH_CHECK(xp.scalar_type() == y.scalar_type(), "xp and y: the activation dtype");
   TORCH_CHECK(xp.size(1) % 128 == 0 && group % 8 == 0 && group > 0, "Kpad a multiple of 128, group a multiple of 8");
   lowbit::FusedParams p{};
@@ -162,15 +163,16 @@ void lowbit_fused(const std::string &recipe, at::Tensor wq, at::Tensor sc, at::T
                "lowbit_fused");
 }
 
-void lowbit_xperm(at::Tensor x, at::Tensor xp) {
+void lowbit_xperm(at::Tensor x, at::Tensor xp, int64_t bm) {
   check_cuda_contig(x, "x");
   check_cuda_contig(xp, "xp");
+  TORCH_CHECK(bm == 128 || bm == 256, "xperm: bm (the build's m-tile) 128 or 256");
   TORCH_CHECK(x.dim() == 2 && xp.dim() == 2 && xp.size(0) >= x.size(0) && x.scalar_type() == xp.scalar_type() &&
-                  x.element_size() == 2 && x.size(1) % 8 == 0 && xp.size(0) % 128 == 0 && xp.size(1) % 128 == 0 &&
+                  x.element_size() == 2 && x.size(1) % 8 == 0 && xp.size(0) % bm == 0 && xp.size(1) % 128 == 0 &&
                   xp.size(1) >= x.size(1),
-              "xperm: x [M, K] (K % 8 == 0) -> xp [Mp >= M, Kpad >= K] (Mp % 128 == 0, Kpad % 128 == 0), 16-bit");
+              "xperm: x [M, K] (K % 8 == 0) -> xp [Mp >= M, Kpad >= K] (Mp % bm == 0, Kpad % 128 == 0), 16-bit");
   check(native_lowbit_xperm(x.data_ptr(), xp.data_ptr(), (int)x.size(0), (int)xp.size(0), (int)x.size(1),
-                            (int)xp.size(1), cur_stream()),
+                            (int)xp.size(1), (int)bm, cur_stream()),
         "lowbit_xperm");
 }
 

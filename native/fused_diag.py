@@ -8,8 +8,10 @@ dense weight (x @ W, as the `cublas` impl), the fused kernel with G = 1 and 2 (e
 the G = 1 kernel with each stage's words read into registers at once (`fused_hoist`), and the diagnostic builds,
 whose outputs are wrong on purpose: `nodeq` (the packed words fed to the tensor cores
 as they are: no dequantize, no scales), `noload` (no copies into the ring: no global traffic but the output) and
-`bare` (neither: the wgmma, the ring's barriers and the epilogue). Each time is also given as cuBLAS time over it;
-tensor time at the dense peak is 2 M K N / 989 TFLOP/s.
+`bare` (neither: the wgmma, the ring's barriers and the epilogue). For even widths also the wide build
+(`fused_wide`: half an n-block x 256 tokens per block, each warpgroup dequantizing one n16 tile of its warps' 32
+channels and issuing m64n256k16) and its diagnostic builds `wide_nodeq`, `wide_noload`, `wide_bare`. Each time is also
+given as cuBLAS time over it; tensor time at the dense peak is 2 M K N / 989 TFLOP/s.
 
 --clocks S: then each job also runs back to back for S seconds while `nvidia-smi` samples the SM clock, the board
 power and the temperature every 50 ms (median of the samples after the first quarter of the window), beside the
@@ -85,8 +87,8 @@ def main(argv=None) -> int:
     from kernels.lowbit.formats import dequantize_ref, random_quantized
     from native import lowbit
     from native.build import build_tune
-    diag = ("nodeq", "noload", "bare")   # wrong on purpose; the others are checked against float64
-    builds = {(n if n in diag else "fused_" + n): b for n, b in lowbit.FUSED_BUILDS.items()}
+    diag = ("nodeq", "noload", "bare")   # wrong on purpose (also as wide_*); the others are checked against float64
+    builds = {(n if n.split("_")[-1] in diag else "fused_" + n): b for n, b in lowbit.FUSED_BUILDS.items()}
     mod = build_or_report(build_tune)
     if mod is None:
         return 2
@@ -97,15 +99,16 @@ def main(argv=None) -> int:
         w64 = dequantize_ref(qw, device="cuda")
         w16 = w64.to(torch.float16)
         fn = lowbit.LowbitMatmul(lowbit.pack(qw), mod)
+        pb = {n: b for n, b in builds.items() if lowbit.fused_built_for(b, fn.pw.rec.bits)}
         x = torch.randn(M, K, device="cuda").half()
         ref = x.double() @ w64
         del w64
-        errs = {n: rel_error(fn._fused(x, b), ref) for n, b in builds.items() if n.startswith("fused")}
+        errs = {n: rel_error(fn._fused(x, b), ref) for n, b in pb.items() if n.startswith("fused")}
         del ref
         ok = all(e <= TOL for e in errs.values())
         bad += not ok
         jobs = {"cublas": lambda: torch.matmul(x, w16)}
-        jobs.update({n: (lambda b=b: fn._fused(x, b)) for n, b in builds.items()})
+        jobs.update({n: (lambda b=b: fn._fused(x, b)) for n, b in pb.items()})
         ms = {n: [] for n in jobs}
         if ok:
             for _ in range(a.rounds):

@@ -58,7 +58,22 @@ PREFILL_CHOICES = ("auto", *PREFILL_SCHEDULES, FUSED)
 # group; hoist: G = 1 with each stage's words read into registers at once; the diagnostic ones (wrong results on
 # purpose: native.fused_diag) leave out the dequantize (nodeq), the copies into the ring (noload) or both (bare).
 # The full extension has FUSED_G (g1), the tuning extension (build_tune) every one.
-FUSED_BUILDS = {"g1": 1, "g2": 2, "nodeq": 1 | 1 << 4, "noload": 1 | 2 << 4, "bare": 1 | 3 << 4, "hoist": 1 | 1 << 8}
+# wide (even widths): a block is half an n-block x 256 tokens, warpgroup h dequantizing only n16 tile h of each warp's
+# 32 channels and issuing m64n256k16 (half the dequantize per tensor-core cycle); wide_* its diagnostic builds.
+FUSED_WIDE = 2 << 8
+FUSED_BUILDS = {"g1": 1, "g2": 2, "nodeq": 1 | 1 << 4, "noload": 1 | 2 << 4, "bare": 1 | 3 << 4, "hoist": 1 | 1 << 8,
+                "wide": 1 | FUSED_WIDE, "wide_nodeq": 1 | 1 << 4 | FUSED_WIDE, "wide_noload": 1 | 2 << 4 | FUSED_WIDE,
+                "wide_bare": 1 | 3 << 4 | FUSED_WIDE}
+
+
+def fused_bm(build: int) -> int:
+    """The m-tile of a fused build (rows of one x image, lowbit::fused_bm): 256 for the wide builds, else 128."""
+    return 256 if build & FUSED_WIDE else 128
+
+
+def fused_built_for(build: int, bits: int) -> bool:
+    """Whether the tuning extension has this build for a width (the wide ones: even widths only)."""
+    return not (build & FUSED_WIDE) or bits % 2 == 0
 PREFILL_CAPTURE_DEFAULT = "eighths"   # under a CUDA-graph capture without a timed choice (the path until 2 Dec 2026)
 PREFILL_TUNE_ROUNDS = 3
 SCOPES = ("wait", "compute", "output")   # instrumented decode kernel (lowbit_kernel.cuh enum)
@@ -485,11 +500,13 @@ class LowbitMatmul:
 
     def _fused(self, x: torch.Tensor, build: int = 0) -> torch.Tensor:
         """y [M, N] row-major from the fused kernel: x permuted into the layout's k order (and zero-padded to Kpad)
-        by one small kernel (rows padded to a multiple of 128 with zeros), then one launch of n-blocks x ceil(M / 128)
-        blocks. build: FUSED_BUILDS[name] (0: the extension's default; the tuning extension has them all)."""
+        by one small kernel (rows padded to a multiple of the build's m-tile bm, 128 or 256, with zeros), then one
+        launch of n-blocks x ceil(M / bm) blocks (twice that for the wide builds). build: FUSED_BUILDS[name] (0: the
+        extension's default; the tuning extension has them all)."""
         pw, L = self.pw, self.pw.L
-        xp = torch.empty(-(-x.shape[0] // 128) * 128, L.Kpad, dtype=pw.act, device=self.dev)   # rows past M: zero
-        self.mod.lowbit_xperm(x, xp)
+        bm = fused_bm(build)
+        xp = torch.empty(-(-x.shape[0] // bm) * bm, L.Kpad, dtype=pw.act, device=self.dev)   # rows past M: zero
+        self.mod.lowbit_xperm(x, xp, bm)
         y = torch.empty(x.shape[0], L.N, dtype=pw.act, device=self.dev)
         self.mod.lowbit_fused(pw.rec.name, pw.words, pw.scales, xp, y, L.N, L.iters, L.nblocks, L.ngroups, L.group, build)
         return y

@@ -134,15 +134,16 @@ def xperm(x: torch.Tensor, Kpad: int) -> torch.Tensor:
     return pairs.permute(0, 1, 3, 4, 2, 5).reshape(M, Kpad)     # [m, c, r, jk, t, e] (output pair 8r + 4jk + t)
 
 
-def xtiles(xp: torch.Tensor) -> torch.Tensor:
-    """What lowbit_xperm_kernel writes, from x in the logical k order (xperm) [Mp, Kpad], Mp % 128 == Kpad % 128 == 0:
-    the fused kernel's ring-slot images, flat -- per (m-tile of 128 rows, stage of 128 k) two sub-tiles of 128 rows
-    x 64 k, the 16-byte chunk c (8 k) of row rr at chunk c ^ (rr % 8) of that row; the same element order as the
-    kernel's thread per 32 k writes."""
+def xtiles(xp: torch.Tensor, bm: int = 128) -> torch.Tensor:
+    """What lowbit_xperm_kernel writes, from x in the logical k order (xperm) [Mp, Kpad], Mp % bm == Kpad % 128 == 0:
+    the fused kernel's ring-slot images, flat -- per (m-tile of bm rows, stage of fk k: bm = 128, fk = 128, or for
+    the wide build bm = 256, fk = 64) fk / 64 sub-tiles of bm rows x 64 k, the 16-byte chunk c (8 k) of row rr at
+    chunk c ^ (rr % 8) of that row; the same element order as the kernel's thread per 32 k writes."""
     Mp, Kpad = xp.shape
-    t = xp.reshape(Mp // 128, 128, Kpad // 128, 2, 8, 8).permute(0, 2, 3, 1, 4, 5)   # [mt, fs, h, rr, c, 8 k]
-    src = torch.arange(8)[None, :] ^ (torch.arange(128)[:, None] % 8)                 # stored chunk j of row rr: c
-    return t[:, :, :, torch.arange(128)[:, None], src].reshape(-1)                    # [mt, fs, h, rr, j, 8 k]
+    fk = 64 if bm == 256 else 128
+    t = xp.reshape(Mp // bm, bm, Kpad // fk, fk // 64, 8, 8).permute(0, 2, 3, 1, 4, 5)   # [mt, fs, h, rr, c, 8 k]
+    src = torch.arange(8)[None, :] ^ (torch.arange(bm)[:, None] % 8)                     # stored chunk j of row rr: c
+    return t[:, :, :, torch.arange(bm)[:, None], src].reshape(-1)                        # [mt, fs, h, rr, j, 8 k]
 
 
 def emulate_fused(pw, x: torch.Tensor) -> torch.Tensor:

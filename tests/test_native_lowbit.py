@@ -382,21 +382,25 @@ def test_xperm_puts_each_fragment_k_where_the_wgmma_reads_it():
     assert int(kk[0, 0, 0, 1, 0, 8 * 1 + 2 * 1, 1]) == 8 * 1 + 4 * 1 + 2 * 1 + 1
 
 
-def test_xtiles_are_the_wgmma_b_layout_of_every_ring_slot():
+@pytest.mark.parametrize("bm", [128, 256])
+def test_xtiles_are_the_wgmma_b_layout_of_every_ring_slot(bm):
     """lowbit_xperm_kernel writes x as the fused kernel's ring-slot images (each warp's lane 0 bulk-copies an eighth
     of one): read back the way the wgmma descriptor reads a slot (128-byte swizzle, K-major: sub-tile of 64 k,
     8-row groups 1024 bytes apart, rows 128 bytes, 16-byte chunk c of row r at c ^ (r % 8)), every element is the
-    logical x it stands for, and each (m-tile, stage) image is one contiguous 32 KB run."""
-    Mp, Kpad = 256, 384
+    logical x it stands for, and each (m-tile, stage) image is one contiguous 32 KB run: 128 rows x 128 k (two
+    sub-tiles), or for the wide build 256 rows x 64 k (one)."""
+    Mp, Kpad = 512, 384
+    fk = 64 if bm == 256 else 128
     x = torch.randn(Mp, Kpad, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
-    img = xtiles(x)
+    img = xtiles(x, bm)
     assert img.numel() == Mp * Kpad
     m = torch.arange(Mp)[:, None].expand(Mp, Kpad)
     k = torch.arange(Kpad)[None, :].expand(Mp, Kpad)
-    mt, rr, fs, kin = m // 128, m % 128, k // 128, k % 128
+    mt, rr, fs, kin = m // bm, m % bm, k // fk, k % fk
     h, c, e = kin // 64, (kin % 64) // 8, kin % 8
-    slot = (mt * (Kpad // 128) + fs) * (128 * 128)            # elements of one 32 KB image (16-bit x)
-    addr = slot + h * 128 * 64 + (rr // 8) * 512 + (rr % 8) * 64 + (c ^ (rr % 8)) * 8 + e
+    slot = (mt * (Kpad // fk) + fs) * (128 * 128)             # elements of one 32 KB image (16-bit x)
+    assert bm * fk == 128 * 128
+    addr = slot + h * bm * 64 + (rr // 8) * 512 + (rr % 8) * 64 + (c ^ (rr % 8)) * 8 + e
     assert torch.equal(img[addr], x)
     assert sorted(addr.flatten().tolist()) == list(range(Mp * Kpad))   # a bijection: nothing written twice
 
@@ -444,9 +448,15 @@ def test_fused_kernel_choice_and_sources():
         assert f"LOWBIT_RECIPES_PART{2 * i + 1}(LOWBIT_FUSED_DEFINE)" in text
     head = (build.INCLUDE / "lowbit_fused.cuh").read_text()   # the builds Python names are those the launcher knows
     assert "enum { FUSED_DIAG_NODEQ = 1, FUSED_DIAG_NOLOAD = 2 };" in head and "#define LOWBIT_FUSED_G 1" in head
-    assert "enum { FUSED_OPT_HOIST = 1 };" in head and "b == (1 | FUSED_OPT_HOIST << 8)" in head
+    assert "enum { FUSED_OPT_HOIST = 1, FUSED_OPT_WIDE = 2 };" in head and "b == (1 | FUSED_OPT_HOIST << 8)" in head
+    assert "b == (1 | W << 8)" in head and "if constexpr (R::BITS % 2 == 0)" in head
     assert lowbit.FUSED_BUILDS == {"g1": 1, "g2": 2, "nodeq": 1 | 1 << 4, "noload": 1 | 2 << 4, "bare": 1 | 3 << 4,
-                                   "hoist": 1 | 1 << 8}
+                                   "hoist": 1 | 1 << 8, "wide": 1 | 2 << 8, "wide_nodeq": 1 | 1 << 4 | 2 << 8,
+                                   "wide_noload": 1 | 2 << 4 | 2 << 8, "wide_bare": 1 | 3 << 4 | 2 << 8}
+    # the wide builds: x images of 256 rows, even widths only (a stage's words are whole 16-byte vectors)
+    assert [lowbit.fused_bm(b) for b in (1, 2, 1 | 2 << 8, 1 | 3 << 4 | 2 << 8)] == [128, 128, 256, 256]
+    assert lowbit.fused_built_for(1 | 2 << 8, 4) and not lowbit.fused_built_for(1 | 2 << 8, 3)
+    assert lowbit.fused_built_for(1, 1) and lowbit.fused_built_for(1 | 1 << 8, 5)
     srcs = build.tune_sources(Path(__import__("tempfile").mkdtemp()))
     assert any(p.name == "lowbit_fused.cu" for p in srcs)
     assert all("LOWBIT_FUSED_DEFINE" in p.read_text() for p in srcs if p.name.startswith("tune_"))

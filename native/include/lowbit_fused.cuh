@@ -35,15 +35,24 @@ constexpr int BM = 128;                    // tokens per block (the wgmma's N)
 constexpr int FK = 128;                    // k per pipeline stage: 4 recipe chunks of 32
 constexpr int FCH = FK / KG;
 constexpr int XBYTES = BM * FK * 2;        // x per stage: two swizzled sub-tiles of BM rows x 64 k (128 bytes)
+// the wide build (FUSED_OPT_WIDE): half an n-block (128 channels) x WBM = 256 tokens, stages of WFK = 64 k (one
+// swizzled sub-tile of x, also XBYTES), m64n256k16: each dequantized weight serves twice the tokens
+constexpr int WBM = 256, WFK = 64;
 constexpr int SMEM_LIMIT = 227 * 1024;     // opt-in dynamic shared memory per block on sm_90
 
-__host__ __device__ constexpr int code_bytes(int bits) { return THREADS * bits * 16; }  // bits 16-byte vectors / thread
-__host__ __device__ constexpr int stage_bytes(int bits) { return code_bytes(bits) + XBYTES; }
-__host__ __device__ constexpr int ring_stages(int bits) {
-  return (SMEM_LIMIT - 1024) / stage_bytes(bits) > 6 ? 6 : (SMEM_LIMIT - 1024) / stage_bytes(bits);
+// the packed words of one stage: all 8 warps' runs of FK k (bits 16-byte vectors per thread), or (wide) the 4 runs
+// of the block's half n-block, WFK k each
+__host__ __device__ constexpr int code_bytes(int bits, bool wide = false) {
+  return wide ? WARPS / 2 * 32 * bits * 8 : THREADS * bits * 16;
+}
+__host__ __device__ constexpr int stage_bytes(int bits, bool wide = false) { return code_bytes(bits, wide) + XBYTES; }
+__host__ __device__ constexpr int ring_stages(int bits, bool wide = false) {
+  return (SMEM_LIMIT - 1024) / stage_bytes(bits, wide) > 6 ? 6 : (SMEM_LIMIT - 1024) / stage_bytes(bits, wide);
 }
 // + 1024: the ring starts at the first 1024-byte boundary (the swizzle atom) of the dynamic shared memory
-__host__ __device__ constexpr int smem_bytes(int bits) { return ring_stages(bits) * stage_bytes(bits) + 1024; }
+__host__ __device__ constexpr int smem_bytes(int bits, bool wide = false) {
+  return ring_stages(bits, wide) * stage_bytes(bits, wide) + 1024;
+}
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
@@ -87,6 +96,35 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], uint32_t a0,
 #undef LOWBIT_WGMMA_M64N128K16_RS
 }
 
+// D[64 x 256] (f32, this thread's 128 values) += A[64 x 16] (registers) * B[16 x 256] (shared memory): the wide build
+#define LOWBIT_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define LOWBIT_D16(i) LOWBIT_D4(i), LOWBIT_D4(i + 4), LOWBIT_D4(i + 8), LOWBIT_D4(i + 12)
+template <bool BF16>
+__device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                    uint64_t desc) {
+#define LOWBIT_WGMMA_M64N256K16_RS(TY) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " " \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+      " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+      " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+      " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+      " %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+      " %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+      " %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+      " %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, " \
+      "{%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n" \
+      : LOWBIT_D16(0), LOWBIT_D16(16), LOWBIT_D16(32), LOWBIT_D16(48), LOWBIT_D16(64), LOWBIT_D16(80), LOWBIT_D16(96), \
+        LOWBIT_D16(112) \
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1))
+  if constexpr (BF16) LOWBIT_WGMMA_M64N256K16_RS("bf16");
+  else LOWBIT_WGMMA_M64N256K16_RS("f16");
+#undef LOWBIT_WGMMA_M64N256K16_RS
+}
+#undef LOWBIT_D16
+#undef LOWBIT_D4
+
 // packed a * b (+ c) in the activation dtype
 template <bool BF>
 __device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
@@ -103,83 +141,101 @@ __device__ __forceinline__ uint32_t fma2(uint32_t a, uint32_t b, uint32_t c) {
 // words themselves as A), bit 1 no copies (the ring holds what it held), so that what is left is timed.
 // OPT (the tuning extension; results right): bit 0 (FUSED_OPT_HOIST) every word of the stage read from shared
 // memory into registers right after the stage's wait (4 BITS registers), instead of each chunk's before its dequantize.
+// Bit 1 (FUSED_OPT_WIDE, even widths): a block is half an n-block (layout warps 4 h .. 4 h + 3, h = block's half) x
+// WBM = 256 tokens, stages of WFK = 64 k; warp w holds the words of layout warp 4 h + w % 4 and dequantizes only its
+// tile nt = w / 4 (its warpgroup), so warpgroup nt issues per k16 block one m64n256k16 on tile nt: half the
+// dequantize per tensor-core cycle.  grid = 2 n-blocks x ceil(M / WBM); x as fused_xperm's WBM x WFK images.
 enum { FUSED_DIAG_NODEQ = 1, FUSED_DIAG_NOLOAD = 2 };
-enum { FUSED_OPT_HOIST = 1 };
+enum { FUSED_OPT_HOIST = 1, FUSED_OPT_WIDE = 2 };
 template <class R, int G, int DIAG = 0, int OPT = 0>
 __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_constant__ FusedParams p) {
   using namespace fused;
-  constexpr int BITS = R::BITS, S = ring_stages(BITS), VEC = (R::KSTEP / KG) * BITS / 4, SUBS = R::KSTEP / FK;
+  constexpr bool WIDE = (OPT & FUSED_OPT_WIDE) != 0;
+  constexpr int BITS = R::BITS, S = ring_stages(BITS, WIDE), VEC = (R::KSTEP / KG) * BITS / 4;
+  constexpr int TBM = WIDE ? WBM : BM, TFK = WIDE ? WFK : FK, TCH = TFK / KG, SUBS = R::KSTEP / TFK;
+  constexpr int TILES = WIDE ? 1 : 2;  // n16 tiles of a warp (its A fragments) that it dequantizes and issues
+  constexpr int AR = 8 * TILES;        // A registers per chunk
   constexpr bool BF = R::BF16;
   constexpr int SW = R::ZERO ? 4 : 2;  // act-dtype values per (group, warp, nt, g): s_g, s_g+8 (, z_g, z_g+8)
   static_assert(R::BIAS == 0.f, "the fused kernel takes recipes whose deq() gives the exact value");
-  static_assert(S >= 3 && R::KSTEP % FK == 0, "ring");
+  static_assert(S >= 3 && R::KSTEP % TFK == 0, "ring");
   static_assert(G == 1 || G == 2, "chunks per group");
+  static_assert(!WIDE || BITS % 2 == 0, "wide: a stage's words (half a run) are whole 16-byte vectors");
   extern __shared__ uint8_t smem_raw[];
   const uint32_t ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int mtiles = (p.M + BM - 1) / BM;
-  const int nb = blockIdx.x / mtiles, m0 = (blockIdx.x % mtiles) * BM;
-  const int fiters = p.Kpad / FK;
+  const int mtiles = (p.M + TBM - 1) / TBM;
+  const int bn = blockIdx.x / mtiles, m0 = (blockIdx.x % mtiles) * TBM;
+  const int nb = WIDE ? bn >> 1 : bn;
+  const int lw = WIDE ? (bn & 1) * 4 + (warp & 3) : warp;  // the layout warp whose words and channels this warp takes
+  const int wg = warp >> 2;
+  const int fiters = p.Kpad / TFK;
   const uint32_t magic = p.magic;
+  auto tile = [&](int i) { return WIDE ? wg : i; };  // the i-th tile of this warp: its n16 tile in the layout warp
 
   // loader: lane 0 of every warp moves, per stage, its warp's run of the packed words (BITS x 512 bytes: the warp's
-  // region of the ring slot, lane l's vectors at l * 16 + v * 512) and one eighth of the stage's x tile, which
-  // lowbit_xperm_kernel wrote as the slot's exact image (XBYTES contiguous bytes per (m-tile, stage)), with two
-  // cp.async.bulk onto the slot's mbarrier: no per-thread copies, address arithmetic or copy waits in the main loop
-  constexpr uint32_t WBYTES = BITS * 512, XSLICE = XBYTES / WARPS;
-  const uint8_t *wsrc = static_cast<const uint8_t *>(p.wq) + ((size_t)nb * p.iters * WARPS + warp) * (32 * VEC) * 16;
-  const uint32_t cdst = warp * WBYTES, crd = cdst + lane * 16;
-  const uint32_t xdst = code_bytes(BITS) + warp * XSLICE;
-  const uint8_t *xsrc = static_cast<const uint8_t *>(p.xp) + (size_t)(m0 / BM) * fiters * XBYTES + warp * XSLICE;
+  // region of the ring slot, lane l's vectors at l * 16 + v * 512; wide: warpgroup 0 only, half runs) and one eighth
+  // of the stage's x tile, which lowbit_xperm_kernel wrote as the slot's exact image (XBYTES contiguous bytes per
+  // (m-tile, stage)), with two cp.async.bulk onto the slot's mbarrier: no per-thread copies, address arithmetic or
+  // copy waits in the main loop
+  constexpr uint32_t WBYTES = BITS * 512 * TFK / FK, XSLICE = XBYTES / WARPS;
+  const bool copies_words = !WIDE || wg == 0;
+  const uint8_t *wsrc = static_cast<const uint8_t *>(p.wq) + ((size_t)nb * p.iters * WARPS + lw) * (32 * VEC) * 16;
+  const uint32_t cdst = (WIDE ? warp & 3 : warp) * WBYTES, crd = cdst + lane * 16;
+  const uint32_t xdst = code_bytes(BITS, WIDE) + warp * XSLICE;
+  const uint8_t *xsrc = static_cast<const uint8_t *>(p.xp) + (size_t)(m0 / TBM) * fiters * XBYTES + warp * XSLICE;
   auto load = [&](int fs, uint32_t base, uint32_t bar) {
     if (lane != 0) return;
     if constexpr ((DIAG & FUSED_DIAG_NOLOAD) != 0) {
       mbar_expect_tx(bar, 0);  // the arrival only: the ring holds what it held
     } else {
-      mbar_expect_tx(bar, WBYTES + XSLICE);
-      bulk_g2s(base + cdst, wsrc + ((size_t)(fs / SUBS) * (WARPS * 32 * VEC) + (fs % SUBS) * (BITS * 32)) * 16, WBYTES,
-               bar);
+      mbar_expect_tx(bar, (copies_words ? WBYTES : 0) + XSLICE);
+      if (copies_words)
+        bulk_g2s(base + cdst,
+                 wsrc + ((size_t)(fs / SUBS) * (WARPS * 32 * VEC) + (fs % SUBS) * (BITS * 32 * TFK / FK)) * 16,
+                 WBYTES, bar);
       bulk_g2s(base + xdst, xsrc + (size_t)fs * XBYTES, XSLICE, bar);
     }
   };
 
   // scales: group G, tile nt of this thread's row pair (g, g + 8) at scb + (G * 16 + nt * 8) * SW
-  const uint16_t *scb = static_cast<const uint16_t *>(p.sc) + ((size_t)nb * WARPS + warp) * p.ngroups * (16 * SW) + g * SW;
-  auto load_sc = [&](int grp, uint32_t (&r)[2][2]) {
+  const uint16_t *scb = static_cast<const uint16_t *>(p.sc) + ((size_t)nb * WARPS + lw) * p.ngroups * (16 * SW) + g * SW;
+  auto load_sc = [&](int grp, uint32_t (&r)[TILES][2]) {
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      const uint16_t *q = scb + ((size_t)grp * 16 + nt * 8) * SW;
+    for (int i = 0; i < TILES; ++i) {
+      const uint16_t *q = scb + ((size_t)grp * 16 + tile(i) * 8) * SW;
       if constexpr (SW == 4) {
         const uint2 v = __ldg(reinterpret_cast<const uint2 *>(q));
-        r[nt][0] = v.x, r[nt][1] = v.y;
+        r[i][0] = v.x, r[i][1] = v.y;
       } else {
-        r[nt][0] = __ldg(reinterpret_cast<const uint32_t *>(q)), r[nt][1] = 0;
+        r[i][0] = __ldg(reinterpret_cast<const uint32_t *>(q)), r[i][1] = 0;
       }
     }
   };
-  uint32_t s2[2][2], o2[2][2];  // [nt][jn]: (s, s) and (-z s, -z s) of channel nt * 16 + jn * 8 + g
-  auto set_sc = [&](const uint32_t (&r)[2][2]) {
+  uint32_t s2[TILES][2], o2[TILES][2];  // [i][jn]: (s, s) and (-z s, -z s) of channel tile(i) * 16 + jn * 8 + g
+  auto set_sc = [&](const uint32_t (&r)[TILES][2]) {
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      const uint32_t nzs = R::ZERO ? (fma2<BF>(r[nt][1], r[nt][0], 0x80008000u) ^ 0x80008000u) : 0x80008000u;
-      s2[nt][0] = __byte_perm(r[nt][0], 0, 0x1010), s2[nt][1] = __byte_perm(r[nt][0], 0, 0x3232);
-      o2[nt][0] = __byte_perm(nzs, 0, 0x1010), o2[nt][1] = __byte_perm(nzs, 0, 0x3232);
+    for (int i = 0; i < TILES; ++i) {
+      const uint32_t nzs = R::ZERO ? (fma2<BF>(r[i][1], r[i][0], 0x80008000u) ^ 0x80008000u) : 0x80008000u;
+      s2[i][0] = __byte_perm(r[i][0], 0, 0x1010), s2[i][1] = __byte_perm(r[i][0], 0, 0x3232);
+      o2[i][0] = __byte_perm(nzs, 0, 0x1010), o2[i][1] = __byte_perm(nzs, 0, 0x3232);
     }
   };
-  // groups of whole stages (group % FK == 0, per channel included): the next stage's scales loaded a stage ahead,
+  // groups of whole stages (group % TFK == 0, per channel included): the next stage's scales loaded a stage ahead,
   // counting stages; other groups: looked up per chunk (a division)
-  const bool stage_groups = p.group % FK == 0;
-  const int spg = stage_groups ? p.group / FK : 1;
+  const bool stage_groups = p.group % TFK == 0;
+  const int spg = stage_groups ? p.group / TFK : 1;
   // one group over all of K and no zero point: the tensor cores see the exact values, y = s * (x . v) in f32 at the
   // end (no scale fma per weight; one rounding, of y)
   const bool post_scale = !R::ZERO && p.group >= p.Kpad;
   int cur = -1;
 
-  float acc[2][64];
+  constexpr int ACC = TBM / 2;  // f32 values per thread of one m64 x TBM tile
+  float acc[TILES][ACC];
 #pragma unroll
-  for (int nt = 0; nt < 2; ++nt)
+  for (int i = 0; i < TILES; ++i)
 #pragma unroll
-    for (int i = 0; i < 64; ++i) acc[nt][i] = 0.f;
+    for (int j = 0; j < ACC; ++j) acc[i][j] = 0.f;
 
   // full[s]: one phase per use of ring slot s, completed when all THREADS threads and the WARPS copying lanes
   // arrived and the copies' bytes landed -- lane 0 of each warp arrives (with the bytes it expects) as it issues
@@ -195,14 +251,15 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
     fence_mbar_init();
   }
   __syncthreads();
-  constexpr int ARRIVE_AT = S == 3 ? FCH - 1 : 2 * G - 1;  // with one stage of look-ahead, as late as possible
+  // with one stage of look-ahead, as late as possible
+  constexpr int ARRIVE_AT = S == 3 ? TCH - 1 : (2 * G - 1 < TCH - 1 ? 2 * G - 1 : TCH - 1);
   auto arrive = [&](uint32_t bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory"); };
 
 #pragma unroll
   for (int s = 0; s < S - 2; ++s)
-    if (s < fiters) load(s, ring + s * stage_bytes(BITS), full0 + 8 * s);
+    if (s < fiters) load(s, ring + s * stage_bytes(BITS, WIDE), full0 + 8 * s);
   arrive(full0);
-  uint32_t nraw[2][2];
+  uint32_t nraw[TILES][2];
   bool pending = stage_groups;  // nraw holds the scales of the next stage's group, not yet applied
   if (stage_groups) load_sc(0, nraw);
   int left = spg, gnext = 0;
@@ -211,32 +268,32 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
   for (int fs = 0; fs < fiters; ++fs) {
     mbar_wait(full0 + 8 * slot, parity);
     asm volatile("" ::: "memory");  // the loads and copies below stay after the wait
-    if (fs + S - 2 < fiters) load(fs + S - 2, ring + lslot * stage_bytes(BITS), full0 + 8 * lslot);
+    if (fs + S - 2 < fiters) load(fs + S - 2, ring + lslot * stage_bytes(BITS, WIDE), full0 + 8 * lslot);
     if (stage_groups) {
       if (pending) set_sc(nraw), pending = false;
       if (--left == 0 && fs + 1 < fiters) left = spg, load_sc(++gnext, nraw), pending = true;
     }
-    const uint32_t base = ring + slot * stage_bytes(BITS);
+    const uint32_t base = ring + slot * stage_bytes(BITS, WIDE);
     constexpr bool HOIST = (OPT & FUSED_OPT_HOIST) != 0;
-    uint32_t ws[HOIST ? FCH * BITS : 1];  // HOIST: the stage's words, word i at vector i / 4
+    uint32_t ws[HOIST ? TCH * BITS : 1];  // HOIST: the stage's words, word i at vector i / 4
     if constexpr (HOIST) {
 #pragma unroll
-      for (int v = 0; v < FCH * BITS / 4; ++v)
+      for (int v = 0; v < TCH * BITS / 4; ++v)
         asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
                      : "=r"(ws[4 * v]), "=r"(ws[4 * v + 1]), "=r"(ws[4 * v + 2]), "=r"(ws[4 * v + 3])
                      : "r"(base + crd + v * 512));
     }
     const int nslot = slot + 1 == S ? 0 : slot + 1;
 #pragma unroll
-    for (int c0 = 0; c0 < FCH; c0 += G) {
-      uint32_t ab[G][16];  // fresh registers per group: ptxas keeps those of the group in flight
+    for (int c0 = 0; c0 < TCH; c0 += G) {
+      uint32_t ab[G][AR];  // fresh registers per group: ptxas keeps those of the group in flight
 #pragma unroll
       for (int h = 0; h < G; ++h) {
         const int c = c0 + h;
         if (!stage_groups) {
-          const int grp = (fs * FK + c * KG + 8 * t) / p.group;
+          const int grp = (fs * TFK + c * KG + 8 * t) / p.group;
           if (grp != cur) {
-            uint32_t r[2][2];
+            uint32_t r[TILES][2];
             load_sc(grp, r);
             set_sc(r);
             cur = grp;
@@ -259,15 +316,32 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
             asm volatile("ld.shared.u32 %0, [%1];" : "=r"(w[j]) : "r"(base + crd + (i >> 2) * 512 + (i & 3) * 4));
           }
         }
+        // A fragment registers 8 r + 4 nt + 0..3 of the recipe: k16 block r of the chunk, n16 tile nt; wide: only
+        // tile wg's, as ab 4 r + 0..3 (a branch per warpgroup, so that each dequantizes only its half)
         if constexpr ((DIAG & FUSED_DIAG_NODEQ) != 0) {
 #pragma unroll
-          for (int i = 0; i < 16; ++i) ab[h][i] = w[i % BITS];
+          for (int i = 0; i < AR; ++i) ab[h][i] = w[i % BITS];
         } else {
-          R::deq(w, ab[h], magic);
+          if constexpr (WIDE) {
+            uint32_t f[16];
+            if (wg == 0) {
+              R::deq(w, f, magic);
+#pragma unroll
+              for (int i = 0; i < 8; ++i) ab[h][i] = f[(i >> 2) * 8 + (i & 3)];
+            } else {
+              R::deq(w, f, magic);
+#pragma unroll
+              for (int i = 0; i < 8; ++i) ab[h][i] = f[(i >> 2) * 8 + 4 + (i & 3)];
+            }
+          } else {
+            R::deq(w, ab[h], magic);
+          }
           if (!post_scale) {
 #pragma unroll
-            for (int i = 0; i < 16; ++i)
-              ab[h][i] = fma2<BF>(ab[h][i], s2[(i >> 2) & 1][i & 1], o2[(i >> 2) & 1][i & 1]);
+            for (int i = 0; i < AR; ++i) {
+              const int ti = WIDE ? 0 : (i >> 2) & 1;  // the register's tile, its index in s2 / o2
+              ab[h][i] = fma2<BF>(ab[h][i], s2[ti][i & 1], o2[ti][i & 1]);
+            }
           }
         }
       }
@@ -277,7 +351,7 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
 #pragma unroll
       for (int kk0 = 0; kk0 < 2 * G; ++kk0) {
         const int kk = 2 * c0 + kk0;  // k16 block of the stage: sub-tile kk / 4, 32 bytes per k16 block inside it
-        const uint64_t d = sw128_desc(base + code_bytes(BITS) + (kk >> 2) * (BM * 128) + (kk & 3) * 32);
+        const uint64_t d = sw128_desc(base + code_bytes(BITS, WIDE) + (kk >> 2) * (TBM * 128) + (kk & 3) * 32);
         asm volatile("mov.b64 %0, %1;" : "=l"(desc[kk0]) : "l"(d));
       }
       wgmma_fence();
@@ -286,9 +360,11 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
 #pragma unroll
         for (int r = 0; r < 2; ++r)
 #pragma unroll
-          for (int nt = 0; nt < 2; ++nt)
-            wgmma_m64n128k16_rs<BF>(acc[nt], ab[h][8 * r + 4 * nt], ab[h][8 * r + 4 * nt + 1],
-                                    ab[h][8 * r + 4 * nt + 2], ab[h][8 * r + 4 * nt + 3], desc[2 * h + r]);
+          for (int i = 0; i < TILES; ++i) {
+            const uint32_t *a = &ab[h][WIDE ? 4 * r : 8 * r + 4 * i];
+            if constexpr (WIDE) wgmma_m64n256k16_rs<BF>(acc[i], a[0], a[1], a[2], a[3], desc[2 * h + r]);
+            else wgmma_m64n128k16_rs<BF>(acc[i], a[0], a[1], a[2], a[3], desc[2 * h + r]);
+          }
       wgmma_commit();
       wgmma_wait<1>();  // the previous group retired: its registers are free
       if (c0 + G - 1 == ARRIVE_AT && fs + 1 < fiters) arrive(full0 + 8 * nslot);  // stage fs - 1's wgmma retired
@@ -299,31 +375,32 @@ __global__ void __launch_bounds__(THREADS, 1) lowbit_fused_kernel(const __grid_c
   }
   wgmma_wait<0>();
 
-  // D fragment of tile nt: value 4 j + q = (row g + 8 (q >> 1), token 8 j + 2 t + (q & 1)) -> y[m][n] row-major
+  // D fragment of a tile: value 4 j + q = (row g + 8 (q >> 1), token 8 j + 2 t + (q & 1)) -> y[m][n] row-major
   uint16_t *y = static_cast<uint16_t *>(p.y);
 #pragma unroll
-  for (int nt = 0; nt < 2; ++nt)
+  for (int i = 0; i < TILES; ++i)
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const int n = nb * BN + warp * 32 + nt * 16 + (q >> 1) * 8 + g;
+      const int n = nb * BN + lw * 32 + tile(i) * 16 + (q >> 1) * 8 + g;
       if (n >= p.N) continue;
-      const float sc = post_scale ? lo_f32<BF>(s2[nt][q >> 1]) : 1.f;
+      const float sc = post_scale ? lo_f32<BF>(s2[i][q >> 1]) : 1.f;
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
+      for (int j = 0; j < TBM / 8; ++j) {
         const int m = m0 + 8 * j + 2 * t + (q & 1);
-        if (m < p.M) y[(size_t)m * p.N + n] = f32_to_act<BF>(post_scale ? sc * acc[nt][4 * j + q] : acc[nt][4 * j + q]);
+        if (m < p.M) y[(size_t)m * p.N + n] = f32_to_act<BF>(post_scale ? sc * acc[i][4 * j + q] : acc[i][4 * j + q]);
       }
     }
 }
 
-// x [M][K] -> xp: the fused kernel's x tiles as the exact images of its ring slots, XBYTES per (m-tile of BM rows,
-// stage of FK k), the m-tile's stages in order.  Within every 32 k, logical position 16 r + 8 jk + 2 t + e holds
-// physical k 8 t + 4 r + 2 jk + e (the decode layout's fragment order); a stage is two sub-tiles of BM rows x 64
-// logical k (128 bytes a row), its 16-byte chunk c of row rr at ((c ^ (rr & 7)) << 4): wgmma's 128-byte-swizzled
-// K-major layout.  k >= K and rows >= M zero.  One thread per 32 k of a row; Mp % BM == 0, Kpad % FK == 0.
+// x [M][K] -> xp: the fused kernel's x tiles as the exact images of its ring slots, bm * fk * 2 bytes per (m-tile of
+// bm rows, stage of fk k), the m-tile's stages in order: bm = BM, fk = FK, or (the wide build) bm = WBM, fk = WFK.
+// Within every 32 k, logical position 16 r + 8 jk + 2 t + e holds physical k 8 t + 4 r + 2 jk + e (the decode
+// layout's fragment order); a stage is fk / 64 sub-tiles of bm rows x 64 logical k (128 bytes a row), its 16-byte
+// chunk c of row rr at ((c ^ (rr & 7)) << 4): wgmma's 128-byte-swizzled K-major layout.  k >= K and rows >= M zero.
+// One thread per 32 k of a row; Mp % bm == 0, Kpad % fk == 0.
 static __global__ void __launch_bounds__(THREADS) lowbit_xperm_kernel(const uint32_t *x, uint32_t *xp, int M, int Mp,
-                                                                       int K, int Kpad) {
-  const int G = Kpad / KG;
+                                                                       int K, int Kpad, int bm, int fk) {
+  const int G = Kpad / KG, subs = fk / 64;
   const long long q = (long long)blockIdx.x * THREADS + threadIdx.x;
   if (q >= (long long)Mp * G) return;
   const int m = (int)(q / G), grp = (int)(q % G);
@@ -334,10 +411,10 @@ static __global__ void __launch_bounds__(THREADS) lowbit_xperm_kernel(const uint
     const uint4 u = m < M && grp * KG + 8 * v < K ? __ldg(src + v) : make_uint4(0, 0, 0, 0);
     w[4 * v] = u.x, w[4 * v + 1] = u.y, w[4 * v + 2] = u.z, w[4 * v + 3] = u.w;
   }
-  // this 32 k: stage grp / 4, sub-tile (grp / 2) % 2, chunks 4 (grp % 2) .. + 3 of row rr of m-tile m / BM
-  const int rr = m % fused::BM, c0 = (grp & 1) * 4;
+  // this 32 k: stage grp / (fk / 32), sub-tile (grp / 2) % subs, chunks 4 (grp % 2) .. + 3 of row rr of m-tile m / bm
+  const int rr = m % bm, c0 = (grp & 1) * 4;
   uint4 *row = reinterpret_cast<uint4 *>(xp) +
-               (((size_t)(m / fused::BM) * (Kpad / fused::FK) + grp / 4) * 2 + ((grp >> 1) & 1)) * (fused::BM * 8) +
+               (((size_t)(m / bm) * (Kpad / fk) + grp / (fk / KG)) * subs + (grp >> 1) % subs) * ((size_t)bm * 8) +
                rr * 8;
   // output pair 8 r + 4 jk + t (chunk 2 r + jk of the 32 k) <- input pair 4 t + 2 r + jk
 #pragma unroll
@@ -350,7 +427,8 @@ static __global__ void __launch_bounds__(THREADS) lowbit_xperm_kernel(const uint
 template <class R, int G, int DIAG = 0, int OPT = 0>
 int fused_launch_g(const FusedParams &p, void *stream) {
   auto k = lowbit_fused_kernel<R, G, DIAG, OPT>;
-  constexpr int smem = fused::smem_bytes(R::BITS);
+  constexpr bool WIDE = (OPT & FUSED_OPT_WIDE) != 0;
+  constexpr int smem = fused::smem_bytes(R::BITS, WIDE);
   static bool attr = false;  // per instantiation (one device per process)
   if (!attr) {
     const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -359,14 +437,15 @@ int fused_launch_g(const FusedParams &p, void *stream) {
   }
   FusedParams q = p;
   q.magic = R::MAGIC;
-  const int blocks = p.nblocks * ((p.M + fused::BM - 1) / fused::BM);
+  constexpr int bm = WIDE ? fused::WBM : fused::BM;
+  const int blocks = p.nblocks * (WIDE ? 2 : 1) * ((p.M + bm - 1) / bm);
   k<<<blocks, THREADS, smem, static_cast<cudaStream_t>(stream)>>>(q);
   return (int)cudaGetLastError();
 }
 
 // FusedParams::build = G | DIAG << 4 | OPT << 8 (0: G = FUSED_G, no DIAG, no OPT): where built -- the full extension
-// FUSED_G only, the tuning extension (LOWBIT_FUSED_BOTH_G) G = 1 and 2, the diagnostic builds of G = 1 and G = 1 with
-// OPT = FUSED_OPT_HOIST -- else -1
+// FUSED_G only, the tuning extension (LOWBIT_FUSED_BOTH_G) G = 1 and 2, the diagnostic builds of G = 1, G = 1 with
+// OPT = FUSED_OPT_HOIST, and (even widths) G = 1 with OPT = FUSED_OPT_WIDE and its diagnostic builds -- else -1
 #ifndef LOWBIT_FUSED_G
 #define LOWBIT_FUSED_G 1
 #endif
@@ -382,6 +461,14 @@ int fused_launch(const FusedParams &p, void *stream) {
   if (b == (1 | (FUSED_DIAG_NODEQ | FUSED_DIAG_NOLOAD) << 4))
     return fused_launch_g<R, 1, FUSED_DIAG_NODEQ | FUSED_DIAG_NOLOAD>(p, stream);
   if (b == (1 | FUSED_OPT_HOIST << 8)) return fused_launch_g<R, 1, 0, FUSED_OPT_HOIST>(p, stream);
+  if constexpr (R::BITS % 2 == 0) {  // the wide build and its diagnostic builds: even widths
+    constexpr int W = FUSED_OPT_WIDE;
+    if (b == (1 | W << 8)) return fused_launch_g<R, 1, 0, W>(p, stream);
+    if (b == (1 | FUSED_DIAG_NODEQ << 4 | W << 8)) return fused_launch_g<R, 1, FUSED_DIAG_NODEQ, W>(p, stream);
+    if (b == (1 | FUSED_DIAG_NOLOAD << 4 | W << 8)) return fused_launch_g<R, 1, FUSED_DIAG_NOLOAD, W>(p, stream);
+    if (b == (1 | (FUSED_DIAG_NODEQ | FUSED_DIAG_NOLOAD) << 4 | W << 8))
+      return fused_launch_g<R, 1, FUSED_DIAG_NODEQ | FUSED_DIAG_NOLOAD, W>(p, stream);
+  }
   return -1;
 #else
   return b == FUSED_G ? fused_launch_g<R, FUSED_G>(p, stream) : -1;

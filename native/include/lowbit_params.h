@@ -32,12 +32,14 @@ struct DequantParams {
 struct FusedParams {      // the fused prefill kernel (lowbit_fused.cuh)
   const void *wq;          // the packed words (as GemvParams::wq)
   const void *sc;          // the packed scales (as GemvParams::sc)
-  const void *xp;          // x as the kernel's ring-slot images, 128 rows x 128 k each, zero past K and M (native_lowbit_xperm)
+  const void *xp;          // x as the kernel's ring-slot images, 128 rows x 128 k each (wide: 256 x 64), zero past K and M (native_lowbit_xperm)
   void *y;                 // [M][N] output, row-major (activation dtype)
   int M, N, Kpad, iters, nblocks, ngroups, group;  // iters: the layout's stages; group: k per group (Kpad per channel)
   int build;               // G (32-k chunks per wgmma group) | DIAG << 4 | OPT << 8 (lowbit_fused.cuh): 0 = the build's default
   uint32_t magic;          // the recipe's MAGIC (set by the launcher)
 };
+// the m-tile (rows of one x image) of a FusedParams::build: 256 for the wide build (OPT bit 1), else 128
+inline int fused_bm(int build) { return (build >> 8) & 2 ? 256 : 128; }
 
 }  // namespace lowbit
 
@@ -53,5 +55,6 @@ int native_lowbit_xsplit(const void *x, void *out, int n_elem, void *stream);
 // the fused prefill kernel (native/kernels/lowbit_fused.cu): -1 where it is not built for the recipe in that dtype;
 // p == nullptr: 0 where it is built (nothing launched)
 int native_lowbit_fused(const char *recipe, int out_bf16, const lowbit::FusedParams *p, void *stream);
-int native_lowbit_xperm(const void *x, void *xp, int M, int Mp, int K, int Kpad, void *stream);
+// bm: the m-tile of the build (128, or 256 for the wide build, FusedParams::build >> 8 & 2); -1 for another
+int native_lowbit_xperm(const void *x, void *xp, int M, int Mp, int K, int Kpad, int bm, void *stream);
 int native_lowbit_smem_bytes(const char *recipe, int MX, int slots, int iters);

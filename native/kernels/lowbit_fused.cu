@@ -31,11 +31,13 @@ int native_lowbit_fused(const char *recipe, int out_bf16, const lowbit::FusedPar
   return -1;
 }
 
-int native_lowbit_xperm(const void *x, void *xp, int M, int Mp, int K, int Kpad, void *stream) {
+int native_lowbit_xperm(const void *x, void *xp, int M, int Mp, int K, int Kpad, int bm, void *stream) {
+  if (bm != lowbit::fused::BM && bm != lowbit::fused::WBM) return -1;
+  const int fk = bm == lowbit::fused::WBM ? lowbit::fused::WFK : lowbit::fused::FK;
   const long long n = (long long)Mp * (Kpad / lowbit::KG);
   const int blocks = (int)((n + lowbit::THREADS - 1) / lowbit::THREADS);
   if (blocks > 0)
     lowbit::lowbit_xperm_kernel<<<blocks, lowbit::THREADS, 0, static_cast<cudaStream_t>(stream)>>>(
-        static_cast<const uint32_t *>(x), static_cast<uint32_t *>(xp), M, Mp, K, Kpad);
+        static_cast<const uint32_t *>(x), static_cast<uint32_t *>(xp), M, Mp, K, Kpad, bm, fk);
   return (int)cudaGetLastError();
 }
