@@ -13,6 +13,10 @@ as they are: no dequantize, no scales), `noload` (no copies into the ring: no gl
 channels and issuing m64n256k16) and its diagnostic builds `wide_nodeq`, `wide_noload`, `wide_bare`. Each time is also
 given as cuBLAS time over it; tensor time at the dense peak is 2 M K N / 989 TFLOP/s.
 
+Before any timing, every checked build (not the diagnostic ones) of every TUNED recipe is checked against float64
+on small shapes with K and N padding and partial m-tiles (K = 1000, N = 700, M 17 / 130 / 300, groups per channel /
+128 / 32 / 8); a failure there fails the run (--no-small skips it).
+
 --clocks S: then each job also runs back to back for S seconds while `nvidia-smi` samples the SM clock, the board
 power and the temperature every 50 ms (median of the samples after the first quarter of the window), beside the
 time per call over that window -- whether a build is slower per cycle or runs at a lower clock (power).
@@ -61,12 +65,42 @@ def sustained(job, seconds: float) -> dict:
             "temp_c": statistics.median(r[2] for r in rows)}
 
 
+SMALL_K, SMALL_N, SMALL_M, SMALL_GROUPS = 1000, 700, (17, 130, 300), (-1, 128, 32, 8)
+
+
+def check_small(mod, builds: dict) -> list:
+    """Every checked build of every TUNED recipe against float64 on the small shapes (module docstring): one row
+    per (recipe, group, M) with each build's relative error."""
+    from harness.timing import rel_error
+    from kernels.lowbit.formats import dequantize_ref, random_quantized
+    from native import lowbit
+    from native import lowbit_layout as LL
+    rows = []
+    for name in LL.TUNED:
+        fmt = name.split("_", 1)[1]
+        for g in SMALL_GROUPS:
+            qw = random_quantized(SMALL_K, SMALL_N, fmt, g, torch.float16, seed=SMALL_K + g, device="cuda")
+            w64 = dequantize_ref(qw, device="cuda")
+            fn = lowbit.LowbitMatmul(lowbit.pack(qw), mod)
+            for M in SMALL_M:
+                x = torch.randn(M, SMALL_K, device="cuda").half()
+                ref = x.double() @ w64
+                errs = {n: rel_error(fn._fused(x, b), ref) for n, b in builds.items()
+                        if n.startswith("fused") and lowbit.fused_built_for(b, fn.pw.rec.bits)}
+                ok = all(e <= TOL for e in errs.values())
+                if not ok:
+                    print(f"FAIL small {fmt} g{g} M={M}: errors {errs}", flush=True)
+                rows.append(dict(fmt=fmt, g=g, K=SMALL_K, N=SMALL_N, M=M, err=errs, ok=ok))
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=None)
     ap.add_argument("--points", default=DEFAULT, metavar="FMT,G,K,N,M[;...]")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--samples", type=int, default=10)
+    ap.add_argument("--no-small", action="store_true", help="skip the small-shape check of every build")
     ap.add_argument("--clocks", type=float, default=0.0, metavar="S", help="sustained-run seconds per job (0: none)")
     a = ap.parse_args(argv)
     try:
@@ -92,8 +126,13 @@ def main(argv=None) -> int:
     mod = build_or_report(build_tune)
     if mod is None:
         return 2
+    small = [] if a.no_small else check_small(mod, builds)
+    bad_small = sum(not r["ok"] for r in small)
+    if small:
+        print(f"small shapes: {len(small) - bad_small}/{len(small)} builds x recipes x groups x M ok; worst rel err "
+              f"{max(e for r in small for e in r['err'].values()):.2e}", flush=True)
     timer = Timer(samples=a.samples, warmup_ms=10)
-    rows, bad = [], 0
+    rows, bad = [], bad_small
     for fmt, g, K, N, M in points:
         qw = random_quantized(K, N, fmt, g, torch.float16, seed=K + N, device="cuda")
         w64 = dequantize_ref(qw, device="cuda")
@@ -132,7 +171,7 @@ def main(argv=None) -> int:
         torch.cuda.empty_cache()
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"points": rows}, f, indent=1)
+            json.dump({"small": small, "points": rows}, f, indent=1)
     return 1 if bad else 0
 
 
