@@ -14,8 +14,8 @@ channels and issuing m64n256k16) and its diagnostic builds `wide_nodeq`, `wide_n
 given as cuBLAS time over it; tensor time at the dense peak is 2 M K N / 989 TFLOP/s.
 
 Before any timing, every checked build (not the diagnostic ones) of every TUNED recipe is checked against float64
-on small shapes with K and N padding and partial m-tiles (K = 1000, N = 700, M 17 / 130 / 300, groups per channel /
-128 / 32 / 8); a failure there fails the run (--no-small skips it).
+on small shapes with K and N padding and partial m-tiles (N = 700, M 17 / 130 / 300; K = 1000 with groups per
+channel / 8 / 40, K = 1152 with groups 128 / 64 / 32); a failure there fails the run (--no-small skips it).
 
 --clocks S: then each job also runs back to back for S seconds while `nvidia-smi` samples the SM clock, the board
 power and the temperature every 50 ms (median of the samples after the first quarter of the window), beside the
@@ -65,7 +65,8 @@ def sustained(job, seconds: float) -> dict:
             "temp_c": statistics.median(r[2] for r in rows)}
 
 
-SMALL_K, SMALL_N, SMALL_M, SMALL_GROUPS = 1000, 700, (17, 130, 300), (-1, 128, 32, 8)
+SMALL_N, SMALL_M = 700, (17, 130, 300)
+SMALL_KG = [(1000, -1), (1000, 8), (1000, 40), (1152, 128), (1152, 64), (1152, 32)]   # (K, group)
 
 
 def check_small(mod, builds: dict) -> list:
@@ -78,19 +79,19 @@ def check_small(mod, builds: dict) -> list:
     rows = []
     for name in LL.TUNED:
         fmt = name.split("_", 1)[1]
-        for g in SMALL_GROUPS:
-            qw = random_quantized(SMALL_K, SMALL_N, fmt, g, torch.float16, seed=SMALL_K + g, device="cuda")
+        for K, g in SMALL_KG:
+            qw = random_quantized(K, SMALL_N, fmt, g, torch.float16, seed=K + g, device="cuda")
             w64 = dequantize_ref(qw, device="cuda")
             fn = lowbit.LowbitMatmul(lowbit.pack(qw), mod)
             for M in SMALL_M:
-                x = torch.randn(M, SMALL_K, device="cuda").half()
+                x = torch.randn(M, K, device="cuda").half()
                 ref = x.double() @ w64
                 errs = {n: rel_error(fn._fused(x, b), ref) for n, b in builds.items()
                         if n.startswith("fused") and lowbit.fused_built_for(b, fn.pw.rec.bits)}
                 ok = all(e <= TOL for e in errs.values())
                 if not ok:
                     print(f"FAIL small {fmt} g{g} M={M}: errors {errs}", flush=True)
-                rows.append(dict(fmt=fmt, g=g, K=SMALL_K, N=SMALL_N, M=M, err=errs, ok=ok))
+                rows.append(dict(fmt=fmt, g=g, K=K, N=SMALL_N, M=M, err=errs, ok=ok))
     return rows
 
 
