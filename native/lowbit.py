@@ -57,7 +57,7 @@ PREFILL_CHOICES = ("auto", *PREFILL_SCHEDULES, FUSED)
 # the fused kernel's builds (FusedParams::build = G | DIAG << 4 | OPT << 8, lowbit_fused.cuh): G 32-k chunks per wgmma
 # group; hoist: G = 1 with each stage's words read into registers at once; the diagnostic ones (wrong results on
 # purpose: native.fused_diag) leave out the dequantize (nodeq), the copies into the ring (noload) or both (bare).
-# The full extension has FUSED_G (g1), the tuning extension (build_tune) every one.
+# The full extension has the default (build 0 = hoist), the tuning extension (build_tune) every one.
 # wide (even widths): a block is half an n-block x 256 tokens, warpgroup h dequantizing only n16 tile h of each warp's
 # 32 channels and issuing m64n256k16 (half the dequantize per tensor-core cycle); wide_* its diagnostic builds.
 FUSED_WIDE = 2 << 8

@@ -448,6 +448,7 @@ def test_fused_kernel_choice_and_sources():
         assert f"LOWBIT_RECIPES_PART{2 * i + 1}(LOWBIT_FUSED_DEFINE)" in text
     head = (build.INCLUDE / "lowbit_fused.cuh").read_text()   # the builds Python names are those the launcher knows
     assert "enum { FUSED_DIAG_NODEQ = 1, FUSED_DIAG_NOLOAD = 2 };" in head and "#define LOWBIT_FUSED_G 1" in head
+    assert "#define LOWBIT_FUSED_OPT 1" in head   # the default build: hoist
     assert "enum { FUSED_OPT_HOIST = 1, FUSED_OPT_WIDE = 2 };" in head and "b == (1 | FUSED_OPT_HOIST << 8)" in head
     assert "b == (1 | W << 8)" in head and "if constexpr (R::BITS % 2 == 0)" in head
     assert lowbit.FUSED_BUILDS == {"g1": 1, "g2": 2, "nodeq": 1 | 1 << 4, "noload": 1 | 2 << 4, "bare": 1 | 3 << 4,

@@ -443,16 +443,22 @@ int fused_launch_g(const FusedParams &p, void *stream) {
   return (int)cudaGetLastError();
 }
 
-// FusedParams::build = G | DIAG << 4 | OPT << 8 (0: G = FUSED_G, no DIAG, no OPT): where built -- the full extension
-// FUSED_G only, the tuning extension (LOWBIT_FUSED_BOTH_G) G = 1 and 2, the diagnostic builds of G = 1, G = 1 with
-// OPT = FUSED_OPT_HOIST, and (even widths) G = 1 with OPT = FUSED_OPT_WIDE and its diagnostic builds -- else -1
+// FusedParams::build = G | DIAG << 4 | OPT << 8; 0: the default, G = FUSED_G with OPT = FUSED_OPT (G = 1 with the
+// stage's words hoisted into registers: 0.84-0.90x cuBLAS against 0.69-0.80x without at M = 2048, native/NOTES.md
+// section 21).  Built: the full extension the default only; the tuning extension (LOWBIT_FUSED_BOTH_G) G = 1 and 2,
+// the diagnostic builds of G = 1, G = 1 with OPT = FUSED_OPT_HOIST, and (even widths) G = 1 with OPT =
+// FUSED_OPT_WIDE and its diagnostic builds.  Else -1.
 #ifndef LOWBIT_FUSED_G
 #define LOWBIT_FUSED_G 1
 #endif
-constexpr int FUSED_G = LOWBIT_FUSED_G;
+#ifndef LOWBIT_FUSED_OPT
+#define LOWBIT_FUSED_OPT 1
+#endif
+constexpr int FUSED_G = LOWBIT_FUSED_G, FUSED_OPT = LOWBIT_FUSED_OPT;
+static_assert((FUSED_OPT & FUSED_OPT_WIDE) == 0, "the default build serves every width; the wide one even widths");
 template <class R>
 int fused_launch(const FusedParams &p, void *stream) {
-  const int b = p.build ? p.build : FUSED_G;
+  const int b = p.build ? p.build : FUSED_G | FUSED_OPT << 8;
 #ifdef LOWBIT_FUSED_BOTH_G
   if (b == 1) return fused_launch_g<R, 1>(p, stream);
   if (b == 2) return fused_launch_g<R, 2>(p, stream);
@@ -471,7 +477,7 @@ int fused_launch(const FusedParams &p, void *stream) {
   }
   return -1;
 #else
-  return b == FUSED_G ? fused_launch_g<R, FUSED_G>(p, stream) : -1;
+  return b == (FUSED_G | FUSED_OPT << 8) ? fused_launch_g<R, FUSED_G, 0, FUSED_OPT>(p, stream) : -1;
 #endif
 }
 
