@@ -65,9 +65,10 @@ def decode_targets(df: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["K", "N", "weight_dtype", "M"]).reset_index(drop=True)
 
 
-# why the M >= 2048 target is missed where it is (native/NOTES.md sections 18-19): measured on the H200 at (8192, 57344)
+# why the M >= 2048 target is missed where it is (native/NOTES.md sections 18-21): measured on the H200 at (8192, 57344)
 PREFILL_MISS = ("dequantize + cuBLAS runs back to back (cuBLAS fills every SM; the dequantize is ~0.34 ms, 12-14% of "
-                "cuBLAS at M = 2048); the fused wgmma kernel (lowbit_fused.cuh, TMA-fed) measured 0.72-0.81x, slower")
+                "cuBLAS at M = 2048); the fused wgmma kernel (lowbit_fused.cuh, TMA-fed, words hoisted) measured "
+                "0.73-0.86x, slower")
 
 
 def prefill_targets(df: pd.DataFrame) -> pd.DataFrame:

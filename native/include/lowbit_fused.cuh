@@ -444,10 +444,10 @@ int fused_launch_g(const FusedParams &p, void *stream) {
 }
 
 // FusedParams::build = G | DIAG << 4 | OPT << 8; 0: the default, G = FUSED_G with OPT = FUSED_OPT (G = 1 with the
-// stage's words hoisted into registers: 0.84-0.90x cuBLAS against 0.69-0.80x without at M = 2048, native/NOTES.md
-// section 21).  Built: the full extension the default only; the tuning extension (LOWBIT_FUSED_BOTH_G) G = 1 and 2,
-// the diagnostic builds of G = 1, G = 1 with OPT = FUSED_OPT_HOIST, and (even widths) G = 1 with OPT =
-// FUSED_OPT_WIDE and its diagnostic builds.  Else -1.
+// stage's words hoisted into registers; within ~5% of G = 1 without, either way: native/NOTES.md section 21).
+// Built: the full extension the default only; the tuning extension (LOWBIT_FUSED_BOTH_G) G = 1 and 2, the
+// diagnostic builds of G = 1, G = 1 with OPT = FUSED_OPT_HOIST, and (even widths) G = 1 with OPT = FUSED_OPT_WIDE
+// and its diagnostic builds.  Else -1.
 #ifndef LOWBIT_FUSED_G
 #define LOWBIT_FUSED_G 1
 #endif
