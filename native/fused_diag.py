@@ -69,6 +69,13 @@ SMALL_N, SMALL_M = 700, (17, 130, 300)
 SMALL_KG = [(1000, -1), (1000, 8), (1000, 40), (1152, 128), (1152, 64), (1152, 32)]   # (K, group)
 
 
+def for_width(builds: dict, bits: int) -> tuple[dict, list]:
+    """The builds the tuning extension has for this width, and the names of those it has not (odd widths: no wide)."""
+    from native import lowbit
+    have = {n: b for n, b in builds.items() if lowbit.fused_built_for(b, bits)}
+    return have, [n for n in builds if n not in have]
+
+
 def check_small(mod, builds: dict) -> list:
     """Every checked build of every TUNED recipe against float64 on the small shapes (module docstring): one row
     per (recipe, group, M) with each build's relative error."""
@@ -86,8 +93,8 @@ def check_small(mod, builds: dict) -> list:
             for M in SMALL_M:
                 x = torch.randn(M, K, device="cuda").half()
                 ref = x.double() @ w64
-                errs = {n: rel_error(fn._fused(x, b), ref) for n, b in builds.items()
-                        if n.startswith("fused") and lowbit.fused_built_for(b, fn.pw.rec.bits)}
+                have, _ = for_width(builds, fn.pw.rec.bits)
+                errs = {n: rel_error(fn._fused(x, b), ref) for n, b in have.items() if n.startswith("fused")}
                 ok = all(e <= TOL for e in errs.values())
                 if not ok:
                     print(f"FAIL small {fmt} g{g} M={M}: errors {errs}", flush=True)
@@ -139,7 +146,7 @@ def main(argv=None) -> int:
         w64 = dequantize_ref(qw, device="cuda")
         w16 = w64.to(torch.float16)
         fn = lowbit.LowbitMatmul(lowbit.pack(qw), mod)
-        pb = {n: b for n, b in builds.items() if lowbit.fused_built_for(b, fn.pw.rec.bits)}
+        pb, not_built = for_width(builds, fn.pw.rec.bits)
         x = torch.randn(M, K, device="cuda").half()
         ref = x.double() @ w64
         del w64
@@ -158,7 +165,10 @@ def main(argv=None) -> int:
         clocks = {n: sustained(j, a.clocks) for n, j in jobs.items()} if ok and a.clocks > 0 else {}
         peak_ms = 2 * M * K * N / 989e12 * 1e3
         rows.append(dict(fmt=fmt, g=g, K=K, N=N, M=M, err=errs, ok=ok, ms_rounds=ms, ms=med, tensor_peak_ms=peak_ms,
-                         sustained=clocks))
+                         sustained=clocks, not_built={n: "unsupported: even widths only" for n in not_built}))
+        if not_built:
+            print(f"{fmt} g{g} K={K} N={N} M={M}: not built for {fn.pw.rec.bits} bits (even widths only): "
+                  + ", ".join(not_built), flush=True)
         if ok:
             print(f"{fmt:6s} g{g:4d} K={K} N={N} M={M} | tensor peak {peak_ms:.3f} ms | "
                   + " ".join(f"{n} {t:.3f} ms ({med['cublas'] / t:.3f}x)" for n, t in med.items()), flush=True)

@@ -65,6 +65,11 @@ FUSED_BUILDS = {"g1": 1, "g2": 2, "nodeq": 1 | 1 << 4, "noload": 1 | 2 << 4, "ba
                 "wide": 1 | FUSED_WIDE, "wide_nodeq": 1 | 1 << 4 | FUSED_WIDE, "wide_noload": 1 | 2 << 4 | FUSED_WIDE,
                 "wide_bare": 1 | 3 << 4 | FUSED_WIDE}
 
+PREFILL_CAPTURE_DEFAULT = "eighths"   # under a CUDA-graph capture without a timed choice (the path until 2 Dec 2026)
+PREFILL_TUNE_ROUNDS = 3
+SCOPES = ("wait", "compute", "output")   # instrumented decode kernel (lowbit_kernel.cuh enum)
+WARPS_PER_BLOCK = LL.WARPS
+
 
 def fused_bm(build: int) -> int:
     """The m-tile of a fused build (rows of one x image, lowbit::fused_bm): 256 for the wide builds, else 128."""
@@ -74,10 +79,6 @@ def fused_bm(build: int) -> int:
 def fused_built_for(build: int, bits: int) -> bool:
     """Whether the tuning extension has this build for a width (the wide ones: even widths only)."""
     return not (build & FUSED_WIDE) or bits % 2 == 0
-PREFILL_CAPTURE_DEFAULT = "eighths"   # under a CUDA-graph capture without a timed choice (the path until 2 Dec 2026)
-PREFILL_TUNE_ROUNDS = 3
-SCOPES = ("wait", "compute", "output")   # instrumented decode kernel (lowbit_kernel.cuh enum)
-WARPS_PER_BLOCK = LL.WARPS
 
 
 def supports(case) -> Optional[str]:

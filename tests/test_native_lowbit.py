@@ -458,6 +458,10 @@ def test_fused_kernel_choice_and_sources():
     assert [lowbit.fused_bm(b) for b in (1, 2, 1 | 2 << 8, 1 | 3 << 4 | 2 << 8)] == [128, 128, 256, 256]
     assert lowbit.fused_built_for(1 | 2 << 8, 4) and not lowbit.fused_built_for(1 | 2 << 8, 3)
     assert lowbit.fused_built_for(1, 1) and lowbit.fused_built_for(1 | 1 << 8, 5)
+    from native.fused_diag import for_width   # fused_diag times only what a width has, and names the rest
+    have, missing = for_width(lowbit.FUSED_BUILDS, 3)
+    assert missing == ["wide", "wide_nodeq", "wide_noload", "wide_bare"] and "hoist" in have and "bare" in have
+    assert for_width(lowbit.FUSED_BUILDS, 4) == (lowbit.FUSED_BUILDS, [])
     srcs = build.tune_sources(Path(__import__("tempfile").mkdtemp()))
     assert any(p.name == "lowbit_fused.cu" for p in srcs)
     assert all("LOWBIT_FUSED_DEFINE" in p.read_text() for p in srcs if p.name.startswith("tune_"))
