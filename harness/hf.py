@@ -6,10 +6,25 @@
 """
 from __future__ import annotations
 
+import importlib.metadata
+
 from .specs import ModelCard
 
 
+def check_transformers_importable() -> None:
+    """Fail with the reason, not transformers' ImportError, where the HF `kernels` package is installed:
+    transformers imports it when it is, and our top-level `kernels/` package shadows it."""
+    try:
+        v = importlib.metadata.version("kernels")
+    except importlib.metadata.PackageNotFoundError:
+        return
+    raise RuntimeError(f"the Hugging Face `kernels` package ({v}) is installed: transformers imports it, and this "
+                       "project's own top-level `kernels/` package shadows it. `pip uninstall kernels` (and keep "
+                       "transformers < 5.25, which does not require it, as pyproject.toml pins)")
+
+
 def hf_config(card: ModelCard, **overrides):
+    check_transformers_importable()
     from transformers import AutoConfig
 
     kw = dict(

@@ -12,7 +12,7 @@ import torch
 
 from kernels.lowbit.formats import ACT_DTYPES
 
-from ..hf import hf_config
+from ..hf import check_transformers_importable, hf_config
 from ..specs import ModelCard
 
 DTYPES = {"f16": ACT_DTYPES["f16"], "bf16": ACT_DTYPES["bf16"], "f32": torch.float32}
@@ -47,6 +47,7 @@ def tiny_card(card: ModelCard, hidden: int = 64, heads: int = 4, kv_heads: int =
 def build_model(card: ModelCard, layers: int | None = None, dtype: str = "bf16", device: str = "cuda",
                 seed: int = 0, **config_overrides) -> BuiltModel:
     """The card's architecture with min(layers, card.num_layers) decoder layers, random weights on `device`."""
+    check_transformers_importable()
     from transformers import AutoModelForCausalLM
 
     n = card.num_layers if not layers or layers <= 0 else min(int(layers), card.num_layers)
