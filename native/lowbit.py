@@ -152,6 +152,7 @@ def _workspace(dev: torch.device, floats: int, counters: int):
 
 _CHUNK_BUFS: dict = {}
 _DECODE_TUNED: dict = {}    # _decode_key -> (variant number, {variant name: median ms})
+_DIRECT_FITS: dict = {}     # (device, recipe, M, iters, slots) -> whether the direct variant launches there
 _FLUSH: dict = {}
 
 
@@ -218,8 +219,9 @@ def _mt(pw: PackedWeight, M: int) -> int:
     return 1 if M <= 8 else 2
 
 
-DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3}   # native/include/lowbit_kernel.cuh (GemvParams::variant)
-PROF_VARIANTS = {0, 1, 3}                                # those with an instrumented build (native/include/lowbit_launch.cuh)
+# native/include/lowbit_kernel.cuh (GemvParams::variant); direct: native/include/lowbit_direct.cuh (mt1 only)
+DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3, "direct": 4}
+PROF_VARIANTS = {0, 1, 3, 4}                             # those with an instrumented build (native/include/lowbit_launch.cuh)
 PROF_MODES = {"staged": 1, "warp0": 2}                   # its instrumentation modes (INSTR_MODE_* of instrument.cuh)
 
 
@@ -254,8 +256,8 @@ DECODE_TUNE_ROUNDS = 5
 def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = False) -> int:
     """The variant number the decode kernel of this weight runs with mt m16n8 tiles (native/lowbit._mt):
     "auto" resolves per (recipe, mt) (AUTO_VARIANT, then lean for TUNED and bulk for BULK recipes); lean and
-    lean3 exist for the TUNED recipes, bulk for the BULK ones (f16, no x split); anything else falls back to
-    base. prof: the instrumented build of that same variant (built for PROF_VARIANTS), so an instrumented call
+    lean3 exist for the TUNED recipes, bulk for the BULK ones (f16, no x split), direct for the TUNED ones at
+    mt = 1 only; anything else falls back to base. prof: the instrumented build of that same variant (built for PROF_VARIANTS), so an instrumented call
     times the plain call's kernel plus its records."""
     name = pw.rec.name
     if variant == "timed":   # without a timing (LowbitMatmul.variant_num holds the timed choices): auto's
@@ -264,7 +266,7 @@ def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = Fals
         variant = AUTO_VARIANT.get((name, mt), "lean" if name in TUNED_RECIPES else "bulk")
     v = DECODE_VARIANTS[variant]
     built = BULK_RECIPES if v == 3 else TUNED_RECIPES
-    v = v if (name in built and not pw.xsplit) else 0
+    v = v if (name in built and not pw.xsplit and (v != 4 or mt == 1)) else 0
     if prof and v not in PROF_VARIANTS:
         raise Unsupported(f"the instrumented decode kernel is built for the variants "
                           f"{[VARIANT_NAMES[p] for p in sorted(PROF_VARIANTS)]}, not {VARIANT_NAMES[v]!r}")
@@ -290,10 +292,11 @@ def _median_ms(calls: dict, rounds: int, before=None, dev=None) -> dict:
 
 
 def decode_candidates(pw: "PackedWeight", mt: int) -> list:
-    """The variant numbers "timed" chooses from with mt tiles: auto's, then base, lean and bulk where this recipe
-    is built with them (each has an instrumented build, so profiled() runs the plain call's kernel)."""
+    """The variant numbers "timed" chooses from with mt tiles: auto's, then base, lean, bulk and direct where this
+    recipe is built with them (each has an instrumented build, so profiled() runs the plain call's kernel).
+    LowbitMatmul.decode_candidates also drops direct where its x does not fit in shared memory."""
     out = []
-    for name in ("auto", "base", "lean", "bulk"):
+    for name in ("auto", "base", "lean", "bulk", "direct"):
         v = variant_for(pw, name, mt)
         if v not in out:
             out.append(v)
@@ -332,14 +335,31 @@ class LowbitMatmul:
             if got is not None:
                 return got[0]
             return variant_for(self.pw, "auto", _mt(self.pw, M), prof)
-        return variant_for(self.pw, self.variant, _mt(self.pw, M), prof)
+        v = variant_for(self.pw, self.variant, _mt(self.pw, M), prof)
+        if not self._launchable(M, v):     # direct where x does not fit: auto's choice
+            v = variant_for(self.pw, "auto", _mt(self.pw, M), prof)
+        return v
 
     def _decode_key(self, M: int) -> tuple:
         pw, L = self.pw, self.pw.L
         return (self.dev.index, pw.rec.name, pw.xsplit, _mt(pw, M), L.K, L.N, pw.qw.group_size, self.grid)
 
     def decode_candidates(self, M: int) -> list:
-        return decode_candidates(self.pw, _mt(self.pw, M))
+        return [v for v in decode_candidates(self.pw, _mt(self.pw, M)) if self._launchable(M, v)]
+
+    def _launchable(self, M: int, v: int) -> bool:
+        """Whether variant v launches at M rows: direct holds x whole in shared memory (MX rows of the padded K),
+        which does not fit every (M, K) -- the launcher's grid query fails there."""
+        if v != DECODE_VARIANTS["direct"]:
+            return True
+        key = (self.dev.index, self.pw.rec.name, M, self.pw.L.iters, self.pw.slots)
+        if key not in _DIRECT_FITS:
+            try:
+                self._grid_query(M, 0, v)
+                _DIRECT_FITS[key] = True
+            except RuntimeError:
+                _DIRECT_FITS[key] = False
+        return _DIRECT_FITS[key]
 
     def _tune_decode(self, x: torch.Tensor) -> tuple:
         """(fastest variant number, {variant name: median ms}): each candidate DECODE_TUNE_ROUNDS times in
@@ -383,11 +403,13 @@ class LowbitMatmul:
     def grid_for(self, M: int, prof: int = 0) -> int:
         """Blocks the decode launch uses for M rows (occupancy x SMs, at most the work items); prof: 0 the plain
         kernel, else the instrumented one in that instrumentation mode (PROF_MODES)."""
+        return self._grid_query(M, prof, self.variant_num(M, bool(prof)))
+
+    def _grid_query(self, M: int, prof: int, v: int) -> int:
         pw, L = self.pw, self.pw.L
         MX = 2 * M if pw.xsplit else M
         return self.mod.lowbit_gemv_grid(pw.rec.name, _mt(pw, M), pw.xsplit, int(prof), pw.act == torch.bfloat16, MX,
-                                         pw.slots, L.iters, L.nblocks, self.sms, self.grid or 0,
-                                         self.variant_num(M, bool(prof)))
+                                         pw.slots, L.iters, L.nblocks, self.sms, self.grid or 0, v)
 
     def profiled(self, x: torch.Tensor, buffer_records: int, buffer: Optional[torch.Tensor] = None,
                  clear: bool = True, mode: str = "staged"):

@@ -6,33 +6,41 @@
 //   dequantize:   output in the recipe's dtype; XSPLIT recipes also f16
 //   variants 1, 2 (GemvParams::variant): f16 recipes with R::TUNE, MT = 1, 2, f16 out; variant 3 (bulk): f16
 //                 recipes with R::BULK (all TUNE ones and the other 5-8 bit ones); 1 and 3 also instrumented
-//                 where R::PROF
+//                 where R::PROF; variant 4 (direct, lowbit_direct.cuh): f16 recipes with R::TUNE, MT = 1, f16
+//                 out, also instrumented where R::PROF
 #pragma once
 #include <cuda_runtime.h>
+#include "lowbit_direct.cuh"
 #include "lowbit_kernel.cuh"
 #include "lowbit_recipes.cuh"
 
 namespace lowbit {
 
-// grid > 0: that many blocks (at most the work items); 0: sms x occupancy.  dry: only report the grid.
-template <class R, int MT, bool OB, bool XS, bool PROF, int V = 0, int PM = INSTR_MODE_STAGED>
-int launch_gemv(const GemvParams &p, int sms, cudaStream_t s, int grid, int *grid_used, bool dry) {
-  auto k = lowbit_gemv_kernel<R, MT, OB, XS, PROF, V, PM>;
-  const int smem = gemv_smem_bytes(R::BITS, R::ZERO, staged_rows(p.MX, MT, V), p.slots, p.iters, V);
-  static int attr_smem = 0, occ_smem = -1, occ = 0;  // per instantiation (one device per process)
-  if (smem > attr_smem) {
+struct LaunchCache {  // per kernel instantiation (one device per process)
+  int attr_smem = 0, occ_smem = -1, occ = 0;
+};
+
+// kernel k of the R recipe with smem bytes of dynamic shared memory: grid > 0: that many blocks (at most the work
+// items); 0: sms x occupancy.  dry: only report the grid (still an error where smem does not fit).
+template <class R, class Kern>
+int launch_decode(Kern k, int smem, LaunchCache &c, const GemvParams &p, int sms, cudaStream_t s, int grid,
+                  int *grid_used, bool dry) {
+  if (smem > c.attr_smem) {
     const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return (int)e;
-    attr_smem = smem;
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // (not sticky: clear it, or the next launch's cudaGetLastError would report it)
+      return (int)e;
+    }
+    c.attr_smem = smem;
   }
-  if (occ_smem != smem) {
-    const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, THREADS, smem);
+  if (c.occ_smem != smem) {
+    const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c.occ, k, THREADS, smem);
     if (e != cudaSuccess) return (int)e;
-    occ_smem = smem;
+    c.occ_smem = smem;
   }
-  if (occ < 1) return (int)cudaErrorInvalidConfiguration;
+  if (c.occ < 1) return (int)cudaErrorInvalidConfiguration;
   const int T = p.nblocks * p.iters;
-  int g = grid > 0 ? grid : sms * occ;
+  int g = grid > 0 ? grid : sms * c.occ;
   if (g > T) g = T;
   if (grid_used) *grid_used = g;
   if (dry) return 0;
@@ -42,11 +50,35 @@ int launch_gemv(const GemvParams &p, int sms, cudaStream_t s, int grid, int *gri
   return (int)cudaGetLastError();
 }
 
+template <class R, int MT, bool OB, bool XS, bool PROF, int V = 0, int PM = INSTR_MODE_STAGED>
+int launch_gemv(const GemvParams &p, int sms, cudaStream_t s, int grid, int *grid_used, bool dry) {
+  static LaunchCache c;
+  return launch_decode<R>(lowbit_gemv_kernel<R, MT, OB, XS, PROF, V, PM>,
+                          gemv_smem_bytes(R::BITS, R::ZERO, staged_rows(p.MX, MT, V), p.slots, p.iters, V), c, p,
+                          sms, s, grid, grid_used, dry);
+}
+
+// variant 4 (lowbit_direct.cuh): MT = 1, f16 out, no x split; x whole in shared memory, so the grid query fails
+// (and the variant is not a candidate) where MX rows of the padded K do not fit
+template <class R, bool PROF, int PM = INSTR_MODE_STAGED>
+int launch_direct(const GemvParams &p, int sms, cudaStream_t s, int grid, int *grid_used, bool dry) {
+  static LaunchCache c;
+  return launch_decode<R>(lowbit_direct_kernel<R, PROF, PM>,
+                          direct_smem_bytes(R::BITS, R::ZERO, p.MX, p.slots, p.iters), c, p, sms, s, grid,
+                          grid_used, dry);
+}
+
 // the instrumented build (f16 out, no x split) in instrumentation mode `prof` (INSTR_MODE_STAGED or _WARP0)
 template <class R, int MT, int V>
 int launch_prof(int prof, const GemvParams &p, int sms, cudaStream_t s, int grid, int *used, bool dry) {
   if (prof == INSTR_MODE_STAGED) return launch_gemv<R, MT, false, false, true, V>(p, sms, s, grid, used, dry);
   if (prof == INSTR_MODE_WARP0) return launch_gemv<R, MT, false, false, true, V, INSTR_MODE_WARP0>(p, sms, s, grid, used, dry);
+  return -1;
+}
+template <class R>
+int launch_direct_prof(int prof, const GemvParams &p, int sms, cudaStream_t s, int grid, int *used, bool dry) {
+  if (prof == INSTR_MODE_STAGED) return launch_direct<R, true>(p, sms, s, grid, used, dry);
+  if (prof == INSTR_MODE_WARP0) return launch_direct<R, true, INSTR_MODE_WARP0>(p, sms, s, grid, used, dry);
   return -1;
 }
 
@@ -56,6 +88,10 @@ int gemv_dispatch(int mt, bool ob, bool xs, int prof, const GemvParams &p, int s
                   int *used, bool dry) {
   if (p.variant != 0) {
     if constexpr (!R::BF16 && R::TUNE) {
+      if (!xs && !ob && p.variant == VDIRECT && mt == 1) {
+        if (!prof) return launch_direct<R, false>(p, sms, s, grid, used, dry);
+        if constexpr (R::PROF) return launch_direct_prof<R>(prof, p, sms, s, grid, used, dry);
+      }
       if (!xs && !ob && !prof) {
         if (p.variant == 1 && mt == 1) return launch_gemv<R, 1, false, false, false, 1>(p, sms, s, grid, used, dry);
         if (p.variant == 1 && mt == 2) return launch_gemv<R, 2, false, false, false, 1>(p, sms, s, grid, used, dry);

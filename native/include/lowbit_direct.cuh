@@ -1,0 +1,261 @@
+// lowbit_direct.cuh -- decode variant 4, "direct" (native/NOTES.md sections 22 and 23): the weights go straight
+// from global memory into registers, with no shared-memory stage and no per-stage __syncthreads.
+//
+// The same layout, work split (stream-K over (n-block, iteration)), m16n8k16 mma and group fold as
+// lowbit_gemv_kernel (lowbit_kernel.cuh), for the TUNED f16 recipes at one m16n8 tile (M <= 8), f16 out:
+//   - each lane loads its own VEC 16-byte vectors of a stage (ld.global.nc, no L1 allocation; a warp's load
+//     is 512 contiguous bytes) into a ring of D register stages (direct_depth); the loop is unrolled by D so
+//     that every ring entry is a fixed set of registers, and stage f + D - 1 is issued as stage f starts;
+//   - x is copied whole (MX rows of the padded K) into shared memory once, with cp.async, while the first
+//     D - 1 weight stages are in flight: one __syncthreads before the loop, none inside it except at a
+//     piece's end (the stream-K output, as lowbit_gemv_kernel's);
+//   - scales (per warp, as the layout stores them) through a per-warp ring of D shared-memory slots filled by
+//     cp.async with the weights of their stage: a warp waits on its own copies and __syncwarp()s;
+//   - B-fragment rows >= MX read row MX - 1 instead of zeros: column m of the mma's D depends on column m of B
+//     only, and columns >= M are never stored, so the loads need no guard and x no zero rows.
+// Kept self-contained (its own fold and output code) rather than sharing device functions with
+// lowbit_gemv_kernel: factoring those changed ptxas' register allocation of the timed variants (section 22).
+#pragma once
+#include <cstdint>
+#include "instrument.cuh"
+#include "lowbit_common.cuh"
+#include "lowbit_kernel.cuh"
+#include "lowbit_params.h"
+
+namespace lowbit {
+
+constexpr int VDIRECT = 4;  // GemvParams::variant
+
+// register stages of the ring: ~48 words in flight per lane (u1 4, u2 / u4 / i4 3, u8 / f6e3m2 2)
+__host__ __device__ constexpr int direct_depth(int bits) {
+  return 48 / ((kstep_for(bits) / KG) * bits) < 2 ? 2 : 48 / ((kstep_for(bits) / KG) * bits) > 4 ? 4
+                                                      : 48 / ((kstep_for(bits) / KG) * bits);
+}
+
+// bytes of a padded x row in shared memory (64 bytes of pad: rows g, g + 1 in other banks, as xrow_bytes)
+__host__ __device__ inline int direct_xrow(int bits, int iters) { return iters * kstep_for(bits) * 2 + 64; }
+
+__host__ inline int direct_smem_bytes(int bits, bool zero, int MX, int slots, int iters) {
+  return ((iters * 4 + 15) / 16) * 16 + WARPS * direct_depth(bits) * slots * scale_bytes(zero) +
+         MX * direct_xrow(bits, iters);
+}
+
+// 16 bytes of streamed weights into registers (read once: no L1 allocation)
+__device__ __forceinline__ void ldg_stream16(uint32_t *r, const void *ptr) {
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "l"(ptr));
+}
+
+template <class R, bool PROF, int PM = INSTR_MODE_STAGED>
+__global__ void __launch_bounds__(THREADS, 2) lowbit_direct_kernel(const __grid_constant__ GemvParams p) {
+  constexpr int BITS = R::BITS, KSTEP = R::KSTEP, CHUNKS = KSTEP / KG, D = direct_depth(BITS);
+  constexpr int VEC = CHUNKS * BITS / 4, NW = 4 * VEC;  // 16-byte vectors / words per lane per stage
+  constexpr int SB = scale_bytes(R::ZERO);
+  constexpr int SCP = (8 * SB / 16 + 31) / 32;  // scale chunks a lane may copy (<= 8 groups per stage)
+  constexpr int WSTRIDE = WARPS * 32 * VEC;     // uint4 per flat stage
+  static_assert(!R::BF16 && KSTEP == kstep_for(BITS) && (CHUNKS * BITS) % 4 == 0, "f16 recipes, the layout");
+  extern __shared__ __align__(16) uint8_t smem[];
+
+  instr::FlatProfiler<PROF, PM> prof;
+  prof.begin(p.prof, p.prof_cap);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int xrow = direct_xrow(BITS, p.iters), wsb = p.slots * SB;
+  const int tab_bytes = ((p.iters * 4 + 15) / 16) * 16;
+  uint32_t *tab_sm = reinterpret_cast<uint32_t *>(smem);
+  uint8_t *scr = smem + tab_bytes + warp * (D * wsb);  // this warp's scale ring
+  uint8_t *xsm = smem + tab_bytes + WARPS * D * wsb;   // x: [MX][xrow]
+  __shared__ int last_flag;
+
+  for (int i = tid; i < p.iters; i += THREADS) tab_sm[i] = p.stab[i];
+  const int T = p.nblocks * p.iters;
+  const int per = T / gridDim.x, rem = T % gridDim.x, b = blockIdx.x;
+  const int f_begin = b * per + min(b, rem);
+  const int f_end = f_begin + per + (b < rem ? 1 : 0);
+
+  // x, whole: K % 8 == 0, so a 16-byte chunk is all inside or all outside (zero-filled past K)
+  {
+    const uint16_t *xg = reinterpret_cast<const uint16_t *>(p.x);
+    const int xch = p.iters * KSTEP / 8;
+    const uint32_t xs0 = smem_u32(xsm);
+    for (int q = tid; q < p.MX * xch; q += THREADS) {
+      const int m = q / xch, c = q - m * xch, k = c * 8;
+      const bool in = k < p.K;
+      cp_async16(xs0 + m * xrow + c * 16, xg + (size_t)m * p.K + (in ? k : 0), in ? 16u : 0u);
+    }
+    cp_async_commit();
+  }
+  __syncthreads();  // the stage table, read by the loader below
+
+  // loader: the next stage to issue (words linear in the flat index; scales with the n-block and the table)
+  const size_t s_nb = (size_t)WARPS * p.ngroups * (SB / 16);
+  int lnb = f_begin / p.iters, lit = f_begin - lnb * p.iters;
+  const uint4 *lw = static_cast<const uint4 *>(p.wq) + (size_t)f_begin * WSTRIDE + warp * (32 * VEC) + lane;
+  const uint4 *ls = static_cast<const uint4 *>(p.sc) + (size_t)lnb * s_nb + (size_t)warp * p.ngroups * (SB / 16) + lane;
+  const uint32_t scr0 = smem_u32(scr) + lane * 16;
+  uint32_t wr[D][NW];
+  auto issue = [&](uint32_t(&buf)[NW], int slot) {
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) ldg_stream16(&buf[4 * v], lw + v * 32);
+    const uint32_t tab = tab_sm[lit];
+    const int nsc = ((tab >> 16) & 0xF) * (SB / 16);
+    const uint4 *ss = ls + (tab & 0xFFFF) * (SB / 16);
+#pragma unroll
+    for (int j = 0; j < SCP; ++j)
+      if (lane + 32 * j < nsc) cp_async16(scr0 + slot * wsb + j * 512, ss + 32 * j, 16);
+    lw += WSTRIDE;
+    if (++lit == p.iters) {
+      lit = 0;
+      ls += s_nb;
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < D - 1; ++s) {
+    if (f_begin + s < f_end) issue(wr[s], s);
+    cp_async_commit();
+  }
+  cp_async_wait<D - 1>();  // x (the first group) has landed for this thread's chunks
+  __syncthreads();         // ... and for every thread's
+
+  float total[NT][4], acc[NT][4], xs[4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) total[nt][e] = acc[nt][e] = 0.f;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) xs[e] = 0.f;
+
+  // group fold: total += s * acc (- s * z * sum(x)), scales of the staged group at sp
+  auto flush = [&](const uint8_t *sp) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float s0, s1, z0 = 0.f, z1 = 0.f;
+      if constexpr (R::ZERO) {
+        const uint2 v = *reinterpret_cast<const uint2 *>(sp + (nt * 8 + g) * 8);
+        s0 = lo_f32<false>(v.x), s1 = hi_f32<false>(v.x);
+        z0 = with_bias<R>(lo_f32<false>(v.y)), z1 = with_bias<R>(hi_f32<false>(v.y));
+        const float sz0 = s0 * z0, sz1 = s1 * z1;
+        total[nt][0] = fmaf(s0, acc[nt][0], fmaf(-sz0, xs[0], total[nt][0]));
+        total[nt][1] = fmaf(s0, acc[nt][1], fmaf(-sz0, xs[1], total[nt][1]));
+        total[nt][2] = fmaf(s1, acc[nt][2], fmaf(-sz1, xs[0], total[nt][2]));
+        total[nt][3] = fmaf(s1, acc[nt][3], fmaf(-sz1, xs[1], total[nt][3]));
+      } else {
+        const uint32_t v = *reinterpret_cast<const uint32_t *>(sp + (nt * 8 + g) * 4);
+        s0 = lo_f32<false>(v), s1 = hi_f32<false>(v);
+        total[nt][0] = fmaf(s0, acc[nt][0], total[nt][0]);
+        total[nt][1] = fmaf(s0, acc[nt][1], total[nt][1]);
+        total[nt][2] = fmaf(s1, acc[nt][2], total[nt][2]);
+        total[nt][3] = fmaf(s1, acc[nt][3], total[nt][3]);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+    }
+    if constexpr (R::ZERO) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) xs[e] = 0.f;
+    }
+  };
+
+  uint32_t one = 0x3C003C00u;  // an f16 A tile of ones: sum(x) per group for the zero point
+  uint32_t magic = p.magic;
+  pin(one);
+  pin(magic);
+  uint16_t *yo = reinterpret_cast<uint16_t *>(p.y);
+  const uint8_t *xlane = xsm + min(g, p.MX - 1) * xrow + t * 16;  // this lane's B-fragment row (see the top)
+  int nb = f_begin / p.iters, it = f_begin - nb * p.iters, seg_start = it;
+
+  prof.enter(S_WAIT);
+  for (int f0 = f_begin; f0 < f_end; f0 += D) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      const int f = f0 + d;
+      if (f >= f_end) break;
+      cp_async_wait<D - 2>();  // this warp's scales of stage f (this lane's copies) ...
+      __syncwarp();            // ... and every lane's; every lane is also done with the slot issued next
+      prof.next(S_WAIT, S_COMPUTE);
+      pin(lw);
+      pin(ls);
+      if (f + D - 1 < f_end) issue(wr[(d + D - 1) % D], (d + D - 1) % D);
+      cp_async_commit();
+
+      const uint32_t fmask = (tab_sm[it] >> 20) & 0xFF;
+      const uint8_t *ssm = scr + d * wsb;
+      const uint8_t *xst = xlane + it * (KSTEP * 2);
+      int sidx = 0;
+#pragma unroll
+      for (int kg = 0; kg < CHUNKS; ++kg) {
+        const uint4 q = *reinterpret_cast<const uint4 *>(xst + kg * 64);
+        const uint32_t bx[4] = {q.x, q.y, q.z, q.w};
+        uint32_t a[16];
+        R::deq(&wr[d][kg * BITS], a, magic);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const int i0 = (2 * r + nt) * 4;
+            mma16816<false>(acc[nt], a[i0], a[i0 + 1], a[i0 + 2], a[i0 + 3], bx[2 * r], bx[2 * r + 1]);
+          }
+          if constexpr (R::ZERO) mma16816<false>(xs, one, one, one, one, bx[2 * r], bx[2 * r + 1]);
+        }
+        if ((fmask >> kg) & 1) {
+          flush(ssm + sidx * SB);
+          ++sidx;
+        }
+      }
+
+      const bool piece_end = it == p.iters - 1 || f == f_end - 1;  // end of this block's piece of n-block nb
+      prof.record(piece_end ? instr::next_tag(S_COMPUTE, S_OUTPUT) : instr::next_tag(S_COMPUTE, S_WAIT));
+      if (piece_end) {
+        if (!((fmask >> (CHUNKS - 1)) & 1)) flush(ssm + sidx * SB);  // the last group is open: its partial sum
+        const int n0 = nb * BN + warp * 32 + g;
+        const bool whole = seg_start == 0 && it == p.iters - 1;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int n = n0 + nt * 16 + (e >> 1) * 8, m = 2 * t + (e & 1);
+            if (m < p.M && n < p.N) {
+              if (whole) yo[(size_t)m * p.N + n] = f32_to_act<false>(total[nt][e]);
+              else atomicAdd(p.y32 + (size_t)m * p.Npad + n, total[nt][e]);
+            }
+          }
+        if (!whole) {  // count the piece; the block that completes the n-block converts it and re-zeroes
+          __threadfence();
+          __syncthreads();
+          if (tid == 0) {
+            const int len = it - seg_start + 1;
+            last_flag = (atomicAdd(p.counters + nb, len) + len == p.iters);
+          }
+          __syncthreads();
+          if (last_flag) {
+            __threadfence();
+            for (int q = tid; q < p.M * BN; q += THREADS) {
+              const int m = q / BN, n = nb * BN + (q % BN);
+              if (n < p.N) {
+                float *src = p.y32 + (size_t)m * p.Npad + n;
+                yo[(size_t)m * p.N + n] = f32_to_act<false>(__ldcg(src));
+                *src = 0.f;
+              }
+            }
+            if (tid == 0) p.counters[nb] = 0;
+          }
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) total[nt][e] = 0.f;
+        prof.record(f == f_end - 1 ? instr::exit_tag(S_OUTPUT) : instr::next_tag(S_OUTPUT, S_WAIT));
+      }
+      if (++it == p.iters) {
+        it = 0;
+        ++nb;
+        seg_start = 0;
+      }
+    }
+  }
+  cp_async_wait<0>();
+  prof.end();
+}
+
+}  // namespace lowbit
