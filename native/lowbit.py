@@ -152,7 +152,7 @@ def _workspace(dev: torch.device, floats: int, counters: int):
 
 _CHUNK_BUFS: dict = {}
 _DECODE_TUNED: dict = {}    # _decode_key -> (variant number, {variant name: median ms})
-_DIRECT_FITS: dict = {}     # (device, recipe, M, iters, slots) -> whether the direct variant launches there
+_REGS_FITS: dict = {}     # (device, recipe, M, iters, slots) -> whether the regs variant launches there
 _FLUSH: dict = {}
 
 
@@ -219,8 +219,8 @@ def _mt(pw: PackedWeight, M: int) -> int:
     return 1 if M <= 8 else 2
 
 
-# native/include/lowbit_kernel.cuh (GemvParams::variant); direct: native/include/lowbit_direct.cuh (mt1 only)
-DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3, "direct": 4}
+# native/include/lowbit_kernel.cuh (GemvParams::variant); regs: native/include/lowbit_regs.cuh (mt1 only)
+DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3, "regs": 4}
 PROF_VARIANTS = {0, 1, 3, 4}                             # those with an instrumented build (native/include/lowbit_launch.cuh)
 PROF_MODES = {"staged": 1, "warp0": 2}                   # its instrumentation modes (INSTR_MODE_* of instrument.cuh)
 
@@ -256,7 +256,7 @@ DECODE_TUNE_ROUNDS = 5
 def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = False) -> int:
     """The variant number the decode kernel of this weight runs with mt m16n8 tiles (native/lowbit._mt):
     "auto" resolves per (recipe, mt) (AUTO_VARIANT, then lean for TUNED and bulk for BULK recipes); lean and
-    lean3 exist for the TUNED recipes, bulk for the BULK ones (f16, no x split), direct for the TUNED ones at
+    lean3 exist for the TUNED recipes, bulk for the BULK ones (f16, no x split), regs for the TUNED ones at
     mt = 1 only; anything else falls back to base. prof: the instrumented build of that same variant (built for PROF_VARIANTS), so an instrumented call
     times the plain call's kernel plus its records."""
     name = pw.rec.name
@@ -292,11 +292,11 @@ def _median_ms(calls: dict, rounds: int, before=None, dev=None) -> dict:
 
 
 def decode_candidates(pw: "PackedWeight", mt: int) -> list:
-    """The variant numbers "timed" chooses from with mt tiles: auto's, then base, lean, bulk and direct where this
+    """The variant numbers "timed" chooses from with mt tiles: auto's, then base, lean, bulk and regs where this
     recipe is built with them (each has an instrumented build, so profiled() runs the plain call's kernel).
-    LowbitMatmul.decode_candidates also drops direct where its x does not fit in shared memory."""
+    LowbitMatmul.decode_candidates also drops regs where its x does not fit in shared memory."""
     out = []
-    for name in ("auto", "base", "lean", "bulk", "direct"):
+    for name in ("auto", "base", "lean", "bulk", "regs"):
         v = variant_for(pw, name, mt)
         if v not in out:
             out.append(v)
@@ -336,7 +336,7 @@ class LowbitMatmul:
                 return got[0]
             return variant_for(self.pw, "auto", _mt(self.pw, M), prof)
         v = variant_for(self.pw, self.variant, _mt(self.pw, M), prof)
-        if not self._launchable(M, v):     # direct where x does not fit: auto's choice
+        if not self._launchable(M, v):     # regs where x does not fit: auto's choice
             v = variant_for(self.pw, "auto", _mt(self.pw, M), prof)
         return v
 
@@ -348,18 +348,18 @@ class LowbitMatmul:
         return [v for v in decode_candidates(self.pw, _mt(self.pw, M)) if self._launchable(M, v)]
 
     def _launchable(self, M: int, v: int) -> bool:
-        """Whether variant v launches at M rows: direct holds x whole in shared memory (MX rows of the padded K),
+        """Whether variant v launches at M rows: regs holds x whole in shared memory (MX rows of the padded K),
         which does not fit every (M, K) -- the launcher's grid query fails there."""
-        if v != DECODE_VARIANTS["direct"]:
+        if v != DECODE_VARIANTS["regs"]:
             return True
         key = (self.dev.index, self.pw.rec.name, M, self.pw.L.iters, self.pw.slots)
-        if key not in _DIRECT_FITS:
+        if key not in _REGS_FITS:
             try:
                 self._grid_query(M, 0, v)
-                _DIRECT_FITS[key] = True
+                _REGS_FITS[key] = True
             except RuntimeError:
-                _DIRECT_FITS[key] = False
-        return _DIRECT_FITS[key]
+                _REGS_FITS[key] = False
+        return _REGS_FITS[key]
 
     def _tune_decode(self, x: torch.Tensor) -> tuple:
         """(fastest variant number, {variant name: median ms}): each candidate DECODE_TUNE_ROUNDS times in

@@ -174,7 +174,7 @@ def test_schedule_emulation_matches_float64_reference(fmt, act, group, K, N, M, 
         y, stats = emulate_gemv(pw, x, grid, defer=defer)
         assert torch.isfinite(y).all()
         assert torch.allclose(y, ref, rtol=1e-10, atol=1e-12), float((y - ref).abs().max())
-        assert stats["direct"] + stats["finished"] == pw.L.nblocks      # every n-block stored exactly once
+        assert stats["regs"] + stats["finished"] == pw.L.nblocks      # every n-block stored exactly once
     if grid == 1 and not pw.xsplit:
         assert stats["atomic_pieces"] == 0
     if (pw.L.nblocks * pw.L.iters) % min(grid, pw.L.nblocks * pw.L.iters) or pw.xsplit:
@@ -212,9 +212,9 @@ def test_decode_variants_are_built_for_the_tuned_recipes():
         for mt in (1, 2):
             assert f"launch_gemv<R, {mt}, false, false, false, {v}>" in src
     assert set(lowbit.DECODE_VARIANTS.values()) == {0, 1, 2, 3, 4}
-    # direct (4, lowbit_direct.cuh): the TUNED recipes at one tile only, plain and (R::PROF) instrumented
-    assert "p.variant == VDIRECT && mt == 1" in src and "launch_direct<R, false>(p," in src
-    assert "launch_direct_prof<R>(prof," in src
+    # regs (4, lowbit_regs.cuh): the TUNED recipes at one tile only, plain and (R::PROF) instrumented
+    assert "p.variant == VREGS && mt == 1" in src and "launch_regs<R, false>(p," in src
+    assert "launch_regs_prof<R>(prof," in src
     assert "R::BULK" in src and set(LL.TUNED) <= set(LL.BULK)
     for r in LL.all_recipes():   # bulk: every TUNED recipe and every other f16 recipe of 5-8 bits
         assert (r.name in LL.BULK) == (r.name in LL.TUNED or (r.target == "f16" and r.bits >= 5)), r.name
@@ -253,7 +253,7 @@ def test_default_variant_per_recipe_and_tiles():
             assert lowbit.variant_for(pw, "base", mt) == 0
             assert lowbit.variant_for(pw, "lean3", mt) == (2 if tuned else 0)
             assert lowbit.variant_for(pw, "bulk", mt) == (3 if bulk else 0)
-            assert lowbit.variant_for(pw, "direct", mt) == (4 if tuned and mt == 1 else 0)
+            assert lowbit.variant_for(pw, "regs", mt) == (4 if tuned and mt == 1 else 0)
     with pytest.raises(KeyError):
         lowbit.variant_for(pw, "fast")
 
@@ -267,11 +267,11 @@ def test_instrumented_decode_runs_the_plain_calls_variant():
         for mt in (1, 2):
             assert (f"launch_prof<R, {mt}, {v}>(prof," in src) == (v in lowbit.PROF_VARIANTS), (v, mt)
     # launch_prof builds each of them in every mode of PROF_MODES (instrument.cuh's ids), and nothing else
-    body = src[src.index("int launch_prof("):src.index("int launch_direct_prof(")]
+    body = src[src.index("int launch_prof("):src.index("int launch_regs_prof(")]
     assert body.count("launch_gemv<R, MT, false, false, true, V") == len(lowbit.PROF_MODES) == 2
     assert "prof == INSTR_MODE_STAGED" in body and "prof == INSTR_MODE_WARP0" in body
-    body = src[src.index("int launch_direct_prof("):src.index("// prof: 0 = the plain kernel")]   # direct's, mt1
-    assert body.count("launch_direct<R, true") == len(lowbit.PROF_MODES)
+    body = src[src.index("int launch_regs_prof("):src.index("// prof: 0 = the plain kernel")]   # regs's, mt1
+    assert body.count("launch_regs<R, true") == len(lowbit.PROF_MODES)
     assert "prof == INSTR_MODE_STAGED" in body and "prof == INSTR_MODE_WARP0" in body
     from native.native_kernels import MODES
     assert all(MODES[m] == v for m, v in lowbit.PROF_MODES.items())

@@ -1,10 +1,10 @@
-// lowbit_direct.cuh -- decode variant 4, "direct" (native/NOTES.md sections 22 and 23): the weights go straight
+// lowbit_regs.cuh -- decode variant 4, "regs" (native/NOTES.md sections 22 and 23): the weights go straight
 // from global memory into registers, with no shared-memory stage and no per-stage __syncthreads.
 //
 // The same layout, work split (stream-K over (n-block, iteration)), m16n8k16 mma and group fold as
 // lowbit_gemv_kernel (lowbit_kernel.cuh), for the TUNED f16 recipes at one m16n8 tile (M <= 8), f16 out:
 //   - each lane loads its own VEC 16-byte vectors of a stage (ld.global.nc, no L1 allocation; a warp's load
-//     is 512 contiguous bytes) into a ring of D register stages (direct_depth); the loop is unrolled by D so
+//     is 512 contiguous bytes) into a ring of D register stages (regs_depth); the loop is unrolled by D so
 //     that every ring entry is a fixed set of registers, and stage f + D - 1 is issued as stage f starts;
 //   - x is copied whole (MX rows of the padded K) into shared memory once, with cp.async, while the first
 //     D - 1 weight stages are in flight: one __syncthreads before the loop, none inside it except at a
@@ -24,20 +24,20 @@
 
 namespace lowbit {
 
-constexpr int VDIRECT = 4;  // GemvParams::variant
+constexpr int VREGS = 4;  // GemvParams::variant
 
 // register stages of the ring: ~48 words in flight per lane (u1 4, u2 / u4 / i4 3, u8 / f6e3m2 2)
-__host__ __device__ constexpr int direct_depth(int bits) {
+__host__ __device__ constexpr int regs_depth(int bits) {
   return 48 / ((kstep_for(bits) / KG) * bits) < 2 ? 2 : 48 / ((kstep_for(bits) / KG) * bits) > 4 ? 4
                                                       : 48 / ((kstep_for(bits) / KG) * bits);
 }
 
 // bytes of a padded x row in shared memory (64 bytes of pad: rows g, g + 1 in other banks, as xrow_bytes)
-__host__ __device__ inline int direct_xrow(int bits, int iters) { return iters * kstep_for(bits) * 2 + 64; }
+__host__ __device__ inline int regs_xrow(int bits, int iters) { return iters * kstep_for(bits) * 2 + 64; }
 
-__host__ inline int direct_smem_bytes(int bits, bool zero, int MX, int slots, int iters) {
-  return ((iters * 4 + 15) / 16) * 16 + WARPS * direct_depth(bits) * slots * scale_bytes(zero) +
-         MX * direct_xrow(bits, iters);
+__host__ inline int regs_smem_bytes(int bits, bool zero, int MX, int slots, int iters) {
+  return ((iters * 4 + 15) / 16) * 16 + WARPS * regs_depth(bits) * slots * scale_bytes(zero) +
+         MX * regs_xrow(bits, iters);
 }
 
 // 16 bytes of streamed weights into registers (read once: no L1 allocation)
@@ -48,8 +48,8 @@ __device__ __forceinline__ void ldg_stream16(uint32_t *r, const void *ptr) {
 }
 
 template <class R, bool PROF, int PM = INSTR_MODE_STAGED>
-__global__ void __launch_bounds__(THREADS, 2) lowbit_direct_kernel(const __grid_constant__ GemvParams p) {
-  constexpr int BITS = R::BITS, KSTEP = R::KSTEP, CHUNKS = KSTEP / KG, D = direct_depth(BITS);
+__global__ void __launch_bounds__(THREADS, 2) lowbit_regs_kernel(const __grid_constant__ GemvParams p) {
+  constexpr int BITS = R::BITS, KSTEP = R::KSTEP, CHUNKS = KSTEP / KG, D = regs_depth(BITS);
   constexpr int VEC = CHUNKS * BITS / 4, NW = 4 * VEC;  // 16-byte vectors / words per lane per stage
   constexpr int SB = scale_bytes(R::ZERO);
   constexpr int SCP = (8 * SB / 16 + 31) / 32;  // scale chunks a lane may copy (<= 8 groups per stage)
@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_direct_kernel(const __grid_
   prof.begin(p.prof, p.prof_cap);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int xrow = direct_xrow(BITS, p.iters), wsb = p.slots * SB;
+  const int xrow = regs_xrow(BITS, p.iters), wsb = p.slots * SB;
   const int tab_bytes = ((p.iters * 4 + 15) / 16) * 16;
   uint32_t *tab_sm = reinterpret_cast<uint32_t *>(smem);
   uint8_t *scr = smem + tab_bytes + warp * (D * wsb);  // this warp's scale ring
