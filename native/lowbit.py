@@ -152,7 +152,7 @@ def _workspace(dev: torch.device, floats: int, counters: int):
 
 _CHUNK_BUFS: dict = {}
 _DECODE_TUNED: dict = {}    # _decode_key -> (variant number, {variant name: median ms})
-_REGS_FITS: dict = {}     # (device, recipe, M, iters, slots) -> whether the regs variant launches there
+_REGS_GRID: dict = {}      # (device, recipe, M, iters, nblocks, slots) -> the regs variant's grid there (0: none)
 _FLUSH: dict = {}
 
 
@@ -341,8 +341,13 @@ class LowbitMatmul:
         return v
 
     def _decode_key(self, M: int) -> tuple:
+        """What a timing holds for: (recipe, tiles, K, N, group, grid) and, where regs is a candidate, its grid at M
+        (x whole in shared memory: its occupancy falls with M, e.g. u4 K = 8192 2 -> 1 block per SM at M = 8, where
+        regs ran 106.5 us against bulk's 93.6 while faster at M = 1 and 4), so M = 1 and M = 8 are timed apart."""
         pw, L = self.pw, self.pw.L
-        return (self.dev.index, pw.rec.name, pw.xsplit, _mt(pw, M), L.K, L.N, pw.qw.group_size, self.grid)
+        mt = _mt(pw, M)
+        regs = self._regs_grid(M) if DECODE_VARIANTS["regs"] in decode_candidates(pw, mt) else 0
+        return (self.dev.index, pw.rec.name, pw.xsplit, mt, L.K, L.N, pw.qw.group_size, self.grid, regs)
 
     def decode_candidates(self, M: int) -> list:
         return [v for v in decode_candidates(self.pw, _mt(self.pw, M)) if self._launchable(M, v)]
@@ -350,16 +355,17 @@ class LowbitMatmul:
     def _launchable(self, M: int, v: int) -> bool:
         """Whether variant v launches at M rows: regs holds x whole in shared memory (MX rows of the padded K),
         which does not fit every (M, K) -- the launcher's grid query fails there."""
-        if v != DECODE_VARIANTS["regs"]:
-            return True
-        key = (self.dev.index, self.pw.rec.name, M, self.pw.L.iters, self.pw.slots)
-        if key not in _REGS_FITS:
+        return v != DECODE_VARIANTS["regs"] or self._regs_grid(M) > 0
+
+    def _regs_grid(self, M: int) -> int:
+        """The regs variant's one-wave grid (SMs x occupancy) at M rows; 0 where it does not launch."""
+        key = (self.dev.index, self.pw.rec.name, M, self.pw.L.iters, self.pw.L.nblocks, self.pw.slots)
+        if key not in _REGS_GRID:
             try:
-                self._grid_query(M, 0, v)
-                _REGS_FITS[key] = True
+                _REGS_GRID[key] = self._grid_query(M, 0, DECODE_VARIANTS["regs"], grid=0)
             except RuntimeError:
-                _REGS_FITS[key] = False
-        return _REGS_FITS[key]
+                _REGS_GRID[key] = 0
+        return _REGS_GRID[key]
 
     def _tune_decode(self, x: torch.Tensor) -> tuple:
         """(fastest variant number, {variant name: median ms}): each candidate DECODE_TUNE_ROUNDS times in
@@ -405,11 +411,13 @@ class LowbitMatmul:
         kernel, else the instrumented one in that instrumentation mode (PROF_MODES)."""
         return self._grid_query(M, prof, self.variant_num(M, bool(prof)))
 
-    def _grid_query(self, M: int, prof: int, v: int) -> int:
+    def _grid_query(self, M: int, prof: int, v: int, grid: Optional[int] = None) -> int:
+        """The launcher's grid for variant v (grid None: this weight's fixed grid, if any; 0: SMs x occupancy)."""
         pw, L = self.pw, self.pw.L
         MX = 2 * M if pw.xsplit else M
         return self.mod.lowbit_gemv_grid(pw.rec.name, _mt(pw, M), pw.xsplit, int(prof), pw.act == torch.bfloat16, MX,
-                                         pw.slots, L.iters, L.nblocks, self.sms, self.grid or 0, v)
+                                         pw.slots, L.iters, L.nblocks, self.sms,
+                                         (self.grid or 0) if grid is None else grid, v)
 
     def profiled(self, x: torch.Tensor, buffer_records: int, buffer: Optional[torch.Tensor] = None,
                  clear: bool = True, mode: str = "staged"):
