@@ -174,7 +174,7 @@ def test_schedule_emulation_matches_float64_reference(fmt, act, group, K, N, M, 
         y, stats = emulate_gemv(pw, x, grid, defer=defer)
         assert torch.isfinite(y).all()
         assert torch.allclose(y, ref, rtol=1e-10, atol=1e-12), float((y - ref).abs().max())
-        assert stats["regs"] + stats["finished"] == pw.L.nblocks      # every n-block stored exactly once
+        assert stats["direct"] + stats["finished"] == pw.L.nblocks      # every n-block stored exactly once
     if grid == 1 and not pw.xsplit:
         assert stats["atomic_pieces"] == 0
     if (pw.L.nblocks * pw.L.iters) % min(grid, pw.L.nblocks * pw.L.iters) or pw.xsplit:
