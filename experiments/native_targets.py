@@ -8,6 +8,8 @@ and 12 hold the measurements it summarises).
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -34,7 +36,20 @@ def _why(r) -> str:
         return "fixed part (launch, tail, flush write-back: ~8-17 us per call) against a floor of a few us"
     if bits(r["weight_dtype"]) <= 2:
         return "issue-bound: ~1.8-2.3 instructions per weight in the loop against a 1.25-2.2 budget"
+    if r.get("variant") == "regs":   # native/NOTES.md section 23
+        return ("a plain streaming read's pace (regs variant; torch.sum of the 235 MB u4 gate_up weight: 80.7 us under "
+                "the harness flush, 73.3 us read-only, floor 55.4 us): flush write-backs, launch and tail")
     return "loop stalls (ncu: ~1 eligible warp per scheduler, 46-57% of issue slots used) plus ~8-12 us fixed"
+
+
+def _variant(impl_config: str) -> str:
+    """The decode variant a native row ran: its impl_config reads 'native decode <variant> ... <recipe> ...', the
+    variant left out for base (native/lowbit.py chosen_config); '' for a row that is not a decode."""
+    c = str(impl_config)
+    if not c.startswith("native decode"):
+        return ""
+    m = re.match(r"native decode (\w+)", c)
+    return m.group(1) if m and not m.group(1).startswith(("f16_", "bf16_")) else "base"
 
 
 def decode_targets(df: pd.DataFrame) -> pd.DataFrame:
@@ -48,6 +63,8 @@ def decode_targets(df: pd.DataFrame) -> pd.DataFrame:
     frac = ok[(ok["metric"] == "roofline_frac") & (ok["impl"] == "native")].groupby(KEY)["value"].median()
     floor = ok[(ok["metric"] == "floor_ms") & (ok["impl"] == "native")].groupby(KEY)["value"].median()
     lat = lat[lat["native"].notna()]
+    nat = ok[(ok["metric"] == "latency_ms") & (ok["impl"] == "native")]
+    variant = nat.groupby(KEY)["impl_config"].first().map(_variant) if "impl_config" in nat else pd.Series(dtype=str)
     out = pd.DataFrame(index=lat.index)
     out["native us"] = 1e3 * lat["native"]
     out["floor us"] = 1e3 * floor.reindex(out.index)
@@ -60,6 +77,7 @@ def decode_targets(df: pd.DataFrame) -> pd.DataFrame:
     others = out[["Triton us", "Tilus us"]]
     out["faster than both"] = np.where(others.isna().all(axis=1), "",
                                        np.where((out["native us"] < others.min(axis=1)), "yes", "no"))
+    out["variant"] = variant.reindex(pd.MultiIndex.from_frame(out[KEY])).fillna("").to_numpy()
     out["why"] = out.apply(_why, axis=1)
     out["met"] = out["met"].map({True: "yes", False: "no"})
     return out.sort_values(["K", "N", "weight_dtype", "M"]).reset_index(drop=True)

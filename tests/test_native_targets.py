@@ -30,6 +30,19 @@ def test_decode_targets_met_missed_and_faster():
     assert decode_targets(pd.DataFrame([_rows("triton", "u4", 1, "latency_ms", 0.09)])).empty
 
 
+def test_decode_targets_name_the_variant_and_its_limit():
+    """A missed 3-8 bit point names its measured limit by the decode variant the native row ran (impl_config)."""
+    rows = []
+    for wt, cfg in (("u4", "native decode regs (timed ms: regs 0.0795) f16_u4 mt1"), ("i4", "native decode bulk f16_i4"),
+                    ("u8", "native decode (timed ms: base 0.1) f16_u8 mt2"), ("u3", "native decode f16_u3 mt1")):
+        rows += [dict(_rows("native", wt, 1, "latency_ms", 0.08), impl_config=cfg),
+                 dict(_rows("native", wt, 1, "roofline_frac", 0.73), impl_config=cfg)]
+    t = decode_targets(pd.DataFrame(rows)).set_index("weight_dtype")
+    assert t.loc["u4", "variant"] == "regs" and "streaming read" in t.loc["u4", "why"]
+    assert t.loc["i4", "variant"] == "bulk" and "loop stalls" in t.loc["i4", "why"]
+    assert t.loc["u8", "variant"] == t.loc["u3", "variant"] == "base"   # chosen_config leaves base's name out
+
+
 def test_prefill_targets_ratio_and_job():
     rows = [_rows("cublas", "f16", 2048, "latency_ms", 2.9, code="old"), _rows("native", "u4", 2048, "latency_ms", 3.2),
             _rows("cublas", "f16", 4096, "latency_ms", 5.8, code="old"), _rows("native", "u4", 4096, "latency_ms", 6.0)]
