@@ -220,9 +220,8 @@ def _mt(pw: PackedWeight, M: int) -> int:
 
 
 # native/include/lowbit_kernel.cuh (GemvParams::variant); regs: native/include/lowbit_regs.cuh (mt1 only)
-DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3, "regs": 4, "regs_defer": 5}
-PROF_VARIANTS = {0, 1, 3, 4, 5}                            # those with an instrumented build (native/include/lowbit_launch.cuh)
-REGS_VARIANTS = {4, 5}                                   # regs and regs_defer: one tile, x whole in shared memory
+DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3, "regs": 4}
+PROF_VARIANTS = {0, 1, 3, 4}                             # those with an instrumented build (native/include/lowbit_launch.cuh)
 PROF_MODES = {"staged": 1, "warp0": 2}                   # its instrumentation modes (INSTR_MODE_* of instrument.cuh)
 
 
@@ -257,7 +256,7 @@ DECODE_TUNE_ROUNDS = 5
 def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = False) -> int:
     """The variant number the decode kernel of this weight runs with mt m16n8 tiles (native/lowbit._mt):
     "auto" resolves per (recipe, mt) (AUTO_VARIANT, then lean for TUNED and bulk for BULK recipes); lean and
-    lean3 exist for the TUNED recipes, bulk for the BULK ones (f16, no x split), regs and regs_defer for the TUNED ones at
+    lean3 exist for the TUNED recipes, bulk for the BULK ones (f16, no x split), regs for the TUNED ones at
     mt = 1 only; anything else falls back to base. prof: the instrumented build of that same variant (built for PROF_VARIANTS), so an instrumented call
     times the plain call's kernel plus its records."""
     name = pw.rec.name
@@ -267,7 +266,7 @@ def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = Fals
         variant = AUTO_VARIANT.get((name, mt), "lean" if name in TUNED_RECIPES else "bulk")
     v = DECODE_VARIANTS[variant]
     built = BULK_RECIPES if v == 3 else TUNED_RECIPES
-    v = v if (name in built and not pw.xsplit and (v not in REGS_VARIANTS or mt == 1)) else 0
+    v = v if (name in built and not pw.xsplit and (v != 4 or mt == 1)) else 0
     if prof and v not in PROF_VARIANTS:
         raise Unsupported(f"the instrumented decode kernel is built for the variants "
                           f"{[VARIANT_NAMES[p] for p in sorted(PROF_VARIANTS)]}, not {VARIANT_NAMES[v]!r}")
@@ -293,11 +292,11 @@ def _median_ms(calls: dict, rounds: int, before=None, dev=None) -> dict:
 
 
 def decode_candidates(pw: "PackedWeight", mt: int) -> list:
-    """The variant numbers "timed" chooses from with mt tiles: auto's, then base, lean, bulk, regs and regs_defer where this
+    """The variant numbers "timed" chooses from with mt tiles: auto's, then base, lean, bulk and regs where this
     recipe is built with them (each has an instrumented build, so profiled() runs the plain call's kernel).
-    LowbitMatmul.decode_candidates also drops the regs variants where its x does not fit in shared memory."""
+    LowbitMatmul.decode_candidates also drops regs where its x does not fit in shared memory."""
     out = []
-    for name in ("auto", "base", "lean", "bulk", "regs", "regs_defer"):
+    for name in ("auto", "base", "lean", "bulk", "regs"):
         v = variant_for(pw, name, mt)
         if v not in out:
             out.append(v)
@@ -347,7 +346,7 @@ class LowbitMatmul:
         regs ran 106.5 us against bulk's 93.6 while faster at M = 1 and 4), so M = 1 and M = 8 are timed apart."""
         pw, L = self.pw, self.pw.L
         mt = _mt(pw, M)
-        regs = self._regs_grid(M) if REGS_VARIANTS & set(decode_candidates(pw, mt)) else 0
+        regs = self._regs_grid(M) if DECODE_VARIANTS["regs"] in decode_candidates(pw, mt) else 0
         return (self.dev.index, pw.rec.name, pw.xsplit, mt, L.K, L.N, pw.qw.group_size, self.grid, regs)
 
     def decode_candidates(self, M: int) -> list:
@@ -356,7 +355,7 @@ class LowbitMatmul:
     def _launchable(self, M: int, v: int) -> bool:
         """Whether variant v launches at M rows: regs holds x whole in shared memory (MX rows of the padded K),
         which does not fit every (M, K) -- the launcher's grid query fails there."""
-        return v not in REGS_VARIANTS or self._regs_grid(M) > 0
+        return v != DECODE_VARIANTS["regs"] or self._regs_grid(M) > 0
 
     def _regs_grid(self, M: int) -> int:
         """The regs variant's one-wave grid (SMs x occupancy) at M rows; 0 where it does not launch."""

@@ -211,12 +211,10 @@ def test_decode_variants_are_built_for_the_tuned_recipes():
     for v in (1, 2, 3):
         for mt in (1, 2):
             assert f"launch_gemv<R, {mt}, false, false, false, {v}>" in src
-    assert set(lowbit.DECODE_VARIANTS.values()) == {0, 1, 2, 3, 4, 5}
-    # regs and regs_defer (4, 5; lowbit_regs.cuh): the TUNED recipes at one tile only, plain and (R::PROF) instrumented
+    assert set(lowbit.DECODE_VARIANTS.values()) == {0, 1, 2, 3, 4}
+    # regs (4, lowbit_regs.cuh): the TUNED recipes at one tile only, plain and (R::PROF) instrumented
     assert "p.variant == VREGS && mt == 1" in src and "launch_regs<R, false>(p," in src
-    assert "p.variant == VREGS_DEFER && mt == 1" in src and "launch_regs<R, false, INSTR_MODE_STAGED, true>(p," in src
-    assert "launch_regs_prof<R, false>(prof," in src and "launch_regs_prof<R, true>(prof," in src
-    assert lowbit.REGS_VARIANTS == {lowbit.DECODE_VARIANTS["regs"], lowbit.DECODE_VARIANTS["regs_defer"]}
+    assert "launch_regs_prof<R>(prof," in src
     assert "R::BULK" in src and set(LL.TUNED) <= set(LL.BULK)
     for r in LL.all_recipes():   # bulk: every TUNED recipe and every other f16 recipe of 5-8 bits
         assert (r.name in LL.BULK) == (r.name in LL.TUNED or (r.target == "f16" and r.bits >= 5)), r.name
@@ -250,13 +248,12 @@ def test_default_variant_per_recipe_and_tiles():
             cands = lowbit.decode_candidates(pw, mt)   # what "timed" times: auto's first, each built, once
             assert cands[0] == want and len(set(cands)) == len(cands)
             assert set(cands) == {0} | ({1} if tuned else set()) | ({3} if bulk else set()) | \
-                ({4, 5} if tuned and mt == 1 else set())
+                ({4} if tuned and mt == 1 else set())
             assert set(cands) <= lowbit.PROF_VARIANTS      # every candidate has an instrumented build
             assert lowbit.variant_for(pw, "base", mt) == 0
             assert lowbit.variant_for(pw, "lean3", mt) == (2 if tuned else 0)
             assert lowbit.variant_for(pw, "bulk", mt) == (3 if bulk else 0)
             assert lowbit.variant_for(pw, "regs", mt) == (4 if tuned and mt == 1 else 0)
-            assert lowbit.variant_for(pw, "regs_defer", mt) == (5 if tuned and mt == 1 else 0)
     with pytest.raises(KeyError):
         lowbit.variant_for(pw, "fast")
 
@@ -274,7 +271,7 @@ def test_instrumented_decode_runs_the_plain_calls_variant():
     assert body.count("launch_gemv<R, MT, false, false, true, V") == len(lowbit.PROF_MODES) == 2
     assert "prof == INSTR_MODE_STAGED" in body and "prof == INSTR_MODE_WARP0" in body
     body = src[src.index("int launch_regs_prof("):src.index("// prof: 0 = the plain kernel")]   # regs's, mt1
-    assert body.count("launch_regs<R, true, INSTR_MODE_") == len(lowbit.PROF_MODES)
+    assert body.count("launch_regs<R, true") == len(lowbit.PROF_MODES)
     assert "prof == INSTR_MODE_STAGED" in body and "prof == INSTR_MODE_WARP0" in body
     from native.native_kernels import MODES
     assert all(MODES[m] == v for m, v in lowbit.PROF_MODES.items())

@@ -24,7 +24,7 @@
 
 namespace lowbit {
 
-constexpr int VREGS = 4, VREGS_DEFER = 5;  // GemvParams::variant: regs, regs_defer (DEFER below)
+constexpr int VREGS = 4;  // GemvParams::variant
 
 // register stages of the ring: ~48 words in flight per lane (u1 4, u2 / u4 / i4 3, u8 / f6e3m2 2)
 __host__ __device__ constexpr int regs_depth(int bits) {
@@ -47,10 +47,7 @@ __device__ __forceinline__ void ldg_stream16(uint32_t *r, const void *ptr) {
                : "l"(ptr));
 }
 
-// DEFER (variant 5, regs_defer): a partial piece's count is added at the block's end (or when MAXP are pending), as
-// lowbit_gemv_kernel's bulk 4-bit build does, instead of a __threadfence and two __syncthreads right after its
-// atomics in the middle of the block's range (which drain every warp's register ring)
-template <class R, bool PROF, int PM = INSTR_MODE_STAGED, bool DEFER = false>
+template <class R, bool PROF, int PM = INSTR_MODE_STAGED>
 __global__ void __launch_bounds__(THREADS, 2) lowbit_regs_kernel(const __grid_constant__ GemvParams p) {
   constexpr int BITS = R::BITS, KSTEP = R::KSTEP, CHUNKS = KSTEP / KG, D = regs_depth(BITS);
   constexpr int VEC = CHUNKS * BITS / 4, NW = 4 * VEC;  // 16-byte vectors / words per lane per stage
@@ -69,6 +66,7 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_regs_kernel(const __grid_co
   uint32_t *tab_sm = reinterpret_cast<uint32_t *>(smem);
   uint8_t *scr = smem + tab_bytes + warp * (D * wsb);  // this warp's scale ring
   uint8_t *xsm = smem + tab_bytes + WARPS * D * wsb;   // x: [MX][xrow]
+  __shared__ int last_flag;
 
   for (int i = tid; i < p.iters; i += THREADS) tab_sm[i] = p.stab[i];
   const int T = p.nblocks * p.iters;
@@ -164,40 +162,6 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_regs_kernel(const __grid_co
   pin(one);
   pin(magic);
   uint16_t *yo = reinterpret_cast<uint16_t *>(p.y);
-  auto convert = [&](int cnb) {  // every piece of n-block cnb has landed in y32: convert it to y, re-zero
-    for (int q = tid; q < p.M * BN; q += THREADS) {
-      const int m = q / BN, n = cnb * BN + (q % BN);
-      if (n < p.N) {
-        float *src = p.y32 + (size_t)m * p.Npad + n;
-        yo[(size_t)m * p.N + n] = f32_to_act<false>(__ldcg(src));
-        *src = 0.f;
-      }
-    }
-    if (tid == 0) p.counters[cnb] = 0;
-  };
-  constexpr int MAXP = DEFER ? 8 : 1;
-  __shared__ int2 pieces[MAXP];   // (n-block, stages) of each pending piece (thread 0 writes, all read)
-  __shared__ uint32_t last_mask;  // bit i: pending piece i completed its n-block
-  int npieces = 0;                // block-uniform
-  auto publish = [&]() {          // count the pending pieces; convert the n-blocks they complete
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-      uint32_t m = 0;
-      for (int i = 0; i < npieces; ++i)
-        if (atomicAdd(p.counters + pieces[i].x, pieces[i].y) + pieces[i].y == p.iters) m |= 1u << i;
-      last_mask = m;
-    }
-    __syncthreads();
-    const uint32_t m = last_mask;
-    if (m) {
-      __threadfence();
-      for (int i = 0; i < npieces; ++i)
-        if ((m >> i) & 1) convert(pieces[i].x);
-    }
-    npieces = 0;
-    __syncthreads();  // no per-stage barrier follows: every thread has read pieces[] and last_mask before reuse
-  };
   const uint8_t *xlane = xsm + min(g, p.MX - 1) * xrow + t * 16;  // this lane's B-fragment row (see the top)
   int nb = f_begin / p.iters, it = f_begin - nb * p.iters, seg_start = it;
 
@@ -257,8 +221,25 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_regs_kernel(const __grid_co
             }
           }
         if (!whole) {  // count the piece; the block that completes the n-block converts it and re-zeroes
-          if (tid == 0) pieces[npieces] = make_int2(nb, it - seg_start + 1);
-          if (++npieces == MAXP) publish();  // DEFER: at the block's end (a static range has at most 2 partial pieces)
+          __threadfence();
+          __syncthreads();
+          if (tid == 0) {
+            const int len = it - seg_start + 1;
+            last_flag = (atomicAdd(p.counters + nb, len) + len == p.iters);
+          }
+          __syncthreads();
+          if (last_flag) {
+            __threadfence();
+            for (int q = tid; q < p.M * BN; q += THREADS) {
+              const int m = q / BN, n = nb * BN + (q % BN);
+              if (n < p.N) {
+                float *src = p.y32 + (size_t)m * p.Npad + n;
+                yo[(size_t)m * p.N + n] = f32_to_act<false>(__ldcg(src));
+                *src = 0.f;
+              }
+            }
+            if (tid == 0) p.counters[nb] = 0;
+          }
         }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
@@ -274,9 +255,6 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_regs_kernel(const __grid_co
     }
   }
   cp_async_wait<0>();
-  if constexpr (DEFER) {
-    if (npieces) publish();
-  }
   prof.end();
 }
 
