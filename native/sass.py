@@ -6,7 +6,7 @@ Compiles the recipes' decode instantiations with the local nvcc and LOWBIT_SASS_
 range-end output code compiled out, one group flush per stage: the executed path of a stage for
 group sizes >= the stage depth), disassembles them with the cuobjdump that Triton bundles and
 counts the longest loop's instructions per weight (a lane dequantizes KSTEP weights per stage:
-KSTEP/32 chunks x 16 pairs x 2).  The same arithmetic as kernels/lowbit/sass.py; native/NOTES.md
+KSTEP/32 chunks x 16 pairs x 2; the regs variant's loop, lowbit_regs.cuh, holds its ring's D stages).  The same arithmetic as kernels/lowbit/sass.py; native/NOTES.md
 uses these numbers.
 """
 from __future__ import annotations
@@ -26,6 +26,11 @@ from native import lowbit_layout as LL
 def weights_per_lane(kstep: int) -> int:
     """Weights one thread dequantizes per stage: kstep/32 chunks x 16 pairs x 2."""
     return kstep // LL.KG * LL.PAIRS * 2
+
+
+def regs_depth(bits: int, kstep: int) -> int:
+    """Register stages of the regs variant's ring (native/include/lowbit_regs.cuh regs_depth): ~48 words per lane."""
+    return min(4, max(2, 48 // (kstep // LL.KG * bits)))
 
 
 def _cuobjdump() -> str:
@@ -58,15 +63,21 @@ def loop_stats(recipes, tmp: Path | None = None) -> list:
         name = f.split("\n")[0]
         m = re.search(r"lowbit_gemv_kernelINS_\d+rec_(\w+?)ELi(\d)ELb([01])ELb([01])ELb([01])E(?:Li(\d)E)?(?:Li(\d)E)?",
                       name)
-        if not m:
+        r = re.search(r"lowbit_regs_kernelINS_\d+rec_(\w+?)ELb([01])ELi(\d)E", name)   # variant 4: mt1, f16 out
+        if m:
+            rec, stages = recs[m.group(1)], 1
+            s = {"mt": int(m.group(2)), "out_bf16": m.group(3) == "1", "xsplit": m.group(4) == "1",
+                 "prof": m.group(5) == "1", "variant": int(m.group(6) or 0), "prof_mode": int(m.group(7) or 1)}
+        elif r:   # its loop is unrolled by the register ring's depth: that many stages per iteration
+            rec = recs[r.group(1)]
+            stages = regs_depth(rec.bits, rec.kstep)
+            s = {"mt": 1, "out_bf16": False, "xsplit": False, "prof": r.group(2) == "1", "variant": 4,
+                 "prof_mode": int(r.group(3))}
+        else:
             continue
-        rec = recs[m.group(1)]
         body = main_loop(f)
-        wpl = weights_per_lane(rec.kstep)
-        out.append({"recipe": rec.name, "mt": int(m.group(2)), "out_bf16": m.group(3) == "1",
-                    "xsplit": m.group(4) == "1", "prof": m.group(5) == "1", "variant": int(m.group(6) or 0),
-                    "prof_mode": int(m.group(7) or 1),
-                    "instructions": len(body),
+        wpl = weights_per_lane(rec.kstep) * stages
+        out.append({"recipe": rec.name, **s, "instructions": len(body), "stages_per_loop": stages,
                     "weights_per_lane": wpl, "per_weight": len(body) / wpl,
                     "dequant_per_weight": rec.cost()["per_weight"],
                     "ops": dict(collections.Counter(body).most_common())})
@@ -85,7 +96,8 @@ def main(argv=None):
         prof = (" prof" + (" warp0" if s["prof_mode"] == 2 else "")) if s["prof"] else ""
         tag = (f"{s['recipe']} mt{s['mt']}{' xsplit' if s['xsplit'] else ''}{prof}"
                f"{' v' + str(s['variant']) if s['variant'] else ''}")
-        print(f"{tag}: {s['instructions']} instructions per stage / {s['weights_per_lane']} weights per lane = "
+        print(f"{tag}: {s['instructions']} instructions per loop ({s['stages_per_loop']} stages) / "
+              f"{s['weights_per_lane']} weights per lane = "
               f"{s['per_weight']:.2f} per weight (dequantization {s['dequant_per_weight']:.2f})")
         print("   ", ", ".join(f"{k} {v}" for k, v in list(s["ops"].items())[:16]))
 
