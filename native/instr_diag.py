@@ -1,6 +1,7 @@
 """Take the native instrumentation header's cost apart (issue 13), ~1 minute on an H200.
 
-    python -m native.instr_diag --json OUT [--kernels matmul,softmax,layer_norm,lowbit_lean,lowbit_bulk,lowbit_regs] [--rounds 3]
+    python -m native.instr_diag --json OUT [--kernels matmul,softmax,layer_norm,lowbit_lean,lowbit_bulk,...]
+                                [--rounds 3]
 
 For each kernel (proton_fig15's inputs at the 'llm' size) the plain build and the instrumented build in
 every mode of native_kernels.MODES, AB_MODES and DIAG_MODES are timed in turn, `--rounds` times, with the
@@ -12,9 +13,9 @@ issued predicated off, everything it would store computed), `staged_nogtime` no 
 header's clock reads and end()'s arithmetic only).  So staged - nostore is what the stores' memory traffic
 costs, staged - nogtime the timer reads, staged - norecord the in-kernel records, and bare what is left.
 `staged_v1` (native_kernels.AB_MODES) is the previous staged design, for the A/B against `staged`.
-`lowbit_lean` / `lowbit_bulk` / `lowbit_regs`: the u4 decode (M=1, K=8192, N=57344) in that decode variant, plain against its
-instrumented builds (staged and warp0: native.lowbit.PROF_MODES).  Before timing, the plain output and every
-mode's output are checked against the float64 reference.
+`lowbit_lean` / `lowbit_bulk` / `lowbit_regs`: the u4 decode (M=1, K=8192, N=57344) in that decode variant,
+plain against its instrumented builds (staged and warp0: native.lowbit.PROF_MODES).  Before timing, the plain
+output and every mode's output are checked against the float64 reference.
 """
 from __future__ import annotations
 

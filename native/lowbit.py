@@ -221,7 +221,8 @@ def _mt(pw: PackedWeight, M: int) -> int:
 
 # native/include/lowbit_kernel.cuh (GemvParams::variant); regs: native/include/lowbit_regs.cuh (mt1 only)
 DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3, "regs": 4}
-PROF_VARIANTS = {0, 1, 3, 4}                             # those with an instrumented build (native/include/lowbit_launch.cuh)
+REGS = DECODE_VARIANTS["regs"]                           # one tile only, x whole in shared memory (where it fits)
+PROF_VARIANTS = {0, 1, 3, REGS}                          # those with an instrumented build (native/include/lowbit_launch.cuh)
 PROF_MODES = {"staged": 1, "warp0": 2}                   # its instrumentation modes (INSTR_MODE_* of instrument.cuh)
 
 
@@ -257,8 +258,8 @@ def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = Fals
     """The variant number the decode kernel of this weight runs with mt m16n8 tiles (native/lowbit._mt):
     "auto" resolves per (recipe, mt) (AUTO_VARIANT, then lean for TUNED and bulk for BULK recipes); lean and
     lean3 exist for the TUNED recipes, bulk for the BULK ones (f16, no x split), regs for the TUNED ones at
-    mt = 1 only; anything else falls back to base. prof: the instrumented build of that same variant (built for PROF_VARIANTS), so an instrumented call
-    times the plain call's kernel plus its records."""
+    mt = 1 only; anything else falls back to base. prof: the instrumented build of that same variant (built for
+    PROF_VARIANTS), so an instrumented call times the plain call's kernel plus its records."""
     name = pw.rec.name
     if variant == "timed":   # without a timing (LowbitMatmul.variant_num holds the timed choices): auto's
         variant = "auto"
@@ -266,7 +267,7 @@ def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = Fals
         variant = AUTO_VARIANT.get((name, mt), "lean" if name in TUNED_RECIPES else "bulk")
     v = DECODE_VARIANTS[variant]
     built = BULK_RECIPES if v == 3 else TUNED_RECIPES
-    v = v if (name in built and not pw.xsplit and (v != 4 or mt == 1)) else 0
+    v = v if (name in built and not pw.xsplit and (v != REGS or mt == 1)) else 0
     if prof and v not in PROF_VARIANTS:
         raise Unsupported(f"the instrumented decode kernel is built for the variants "
                           f"{[VARIANT_NAMES[p] for p in sorted(PROF_VARIANTS)]}, not {VARIANT_NAMES[v]!r}")
@@ -346,7 +347,7 @@ class LowbitMatmul:
         regs ran 106.5 us against bulk's 93.6 while faster at M = 1 and 4), so M = 1 and M = 8 are timed apart."""
         pw, L = self.pw, self.pw.L
         mt = _mt(pw, M)
-        regs = self._regs_grid(M) if DECODE_VARIANTS["regs"] in decode_candidates(pw, mt) else 0
+        regs = self._regs_grid(M) if REGS in decode_candidates(pw, mt) else 0
         return (self.dev.index, pw.rec.name, pw.xsplit, mt, L.K, L.N, pw.qw.group_size, self.grid, regs)
 
     def decode_candidates(self, M: int) -> list:
@@ -355,14 +356,14 @@ class LowbitMatmul:
     def _launchable(self, M: int, v: int) -> bool:
         """Whether variant v launches at M rows: regs holds x whole in shared memory (MX rows of the padded K),
         which does not fit every (M, K) -- the launcher's grid query fails there."""
-        return v != DECODE_VARIANTS["regs"] or self._regs_grid(M) > 0
+        return v != REGS or self._regs_grid(M) > 0
 
     def _regs_grid(self, M: int) -> int:
         """The regs variant's one-wave grid (SMs x occupancy) at M rows; 0 where it does not launch."""
         key = (self.dev.index, self.pw.rec.name, M, self.pw.L.iters, self.pw.L.nblocks, self.pw.slots)
         if key not in _REGS_GRID:
             try:
-                _REGS_GRID[key] = self._grid_query(M, 0, DECODE_VARIANTS["regs"], grid=0)
+                _REGS_GRID[key] = self._grid_query(M, 0, REGS, grid=0)
             except RuntimeError:
                 _REGS_GRID[key] = 0
         return _REGS_GRID[key]

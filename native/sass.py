@@ -6,8 +6,8 @@ Compiles the recipes' decode instantiations with the local nvcc and LOWBIT_SASS_
 range-end output code compiled out, one group flush per stage: the executed path of a stage for
 group sizes >= the stage depth), disassembles them with the cuobjdump that Triton bundles and
 counts the longest loop's instructions per weight (a lane dequantizes KSTEP weights per stage:
-KSTEP/32 chunks x 16 pairs x 2; the regs variant's loop, lowbit_regs.cuh, holds its ring's D stages).  The same arithmetic as kernels/lowbit/sass.py; native/NOTES.md
-uses these numbers.
+KSTEP/32 chunks x 16 pairs x 2; the regs variant's loop, lowbit_regs.cuh, holds its ring's D stages).
+The same arithmetic as kernels/lowbit/sass.py; native/NOTES.md uses these numbers.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from native import build
+from native import lowbit
 from native import lowbit_layout as LL
 
 
@@ -63,7 +64,7 @@ def loop_stats(recipes, tmp: Path | None = None) -> list:
         name = f.split("\n")[0]
         m = re.search(r"lowbit_gemv_kernelINS_\d+rec_(\w+?)ELi(\d)ELb([01])ELb([01])ELb([01])E(?:Li(\d)E)?(?:Li(\d)E)?",
                       name)
-        r = re.search(r"lowbit_regs_kernelINS_\d+rec_(\w+?)ELb([01])ELi(\d)E", name)   # variant 4: mt1, f16 out
+        r = re.search(r"lowbit_regs_kernelINS_\d+rec_(\w+?)ELb([01])ELi(\d)E", name)   # regs: mt1, f16 out
         if m:
             rec, stages = recs[m.group(1)], 1
             s = {"mt": int(m.group(2)), "out_bf16": m.group(3) == "1", "xsplit": m.group(4) == "1",
@@ -71,7 +72,7 @@ def loop_stats(recipes, tmp: Path | None = None) -> list:
         elif r:   # its loop is unrolled by the register ring's depth: that many stages per iteration
             rec = recs[r.group(1)]
             stages = regs_depth(rec.bits, rec.kstep)
-            s = {"mt": 1, "out_bf16": False, "xsplit": False, "prof": r.group(2) == "1", "variant": 4,
+            s = {"mt": 1, "out_bf16": False, "xsplit": False, "prof": r.group(2) == "1", "variant": lowbit.REGS,
                  "prof_mode": int(r.group(3))}
         else:
             continue
