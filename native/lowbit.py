@@ -219,9 +219,9 @@ def _mt(pw: PackedWeight, M: int) -> int:
     return 1 if M <= 8 else 2
 
 
-# native/include/lowbit_kernel.cuh (GemvParams::variant); regs: native/include/lowbit_regs.cuh (mt1 only)
+# native/include/lowbit_kernel.cuh (GemvParams::variant); regs: native/include/lowbit_regs.cuh (mt1 and mt2)
 DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3, "regs": 4}
-REGS = DECODE_VARIANTS["regs"]                           # one tile only, x whole in shared memory (where it fits)
+REGS = DECODE_VARIANTS["regs"]                           # mt1: x whole in shared memory (where it fits); mt2: an x ring
 PROF_VARIANTS = {0, 1, 3, REGS}                          # those with an instrumented build (native/include/lowbit_launch.cuh)
 PROF_MODES = {"staged": 1, "warp0": 2}                   # its instrumentation modes (INSTR_MODE_* of instrument.cuh)
 
@@ -258,7 +258,7 @@ def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = Fals
     """The variant number the decode kernel of this weight runs with mt m16n8 tiles (native/lowbit._mt):
     "auto" resolves per (recipe, mt) (AUTO_VARIANT, then lean for TUNED and bulk for BULK recipes); lean and
     lean3 exist for the TUNED recipes, bulk for the BULK ones (f16, no x split), regs for the TUNED ones at
-    mt = 1 only; anything else falls back to base. prof: the instrumented build of that same variant (built for
+    mt = 1 and 2; anything else falls back to base. prof: the instrumented build of that same variant (built for
     PROF_VARIANTS), so an instrumented call times the plain call's kernel plus its records."""
     name = pw.rec.name
     if variant == "timed":   # without a timing (LowbitMatmul.variant_num holds the timed choices): auto's
@@ -267,7 +267,7 @@ def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = Fals
         variant = AUTO_VARIANT.get((name, mt), "lean" if name in TUNED_RECIPES else "bulk")
     v = DECODE_VARIANTS[variant]
     built = BULK_RECIPES if v == 3 else TUNED_RECIPES
-    v = v if (name in built and not pw.xsplit and (v != REGS or mt == 1)) else 0
+    v = v if (name in built and not pw.xsplit and (v != REGS or mt in (1, 2))) else 0
     if prof and v not in PROF_VARIANTS:
         raise Unsupported(f"the instrumented decode kernel is built for the variants "
                           f"{[VARIANT_NAMES[p] for p in sorted(PROF_VARIANTS)]}, not {VARIANT_NAMES[v]!r}")

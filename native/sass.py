@@ -29,9 +29,10 @@ def weights_per_lane(kstep: int) -> int:
     return kstep // LL.KG * LL.PAIRS * 2
 
 
-def regs_depth(bits: int, kstep: int) -> int:
-    """Register stages of the regs variant's ring (native/include/lowbit_regs.cuh regs_depth): ~48 words per lane."""
-    return min(4, max(2, 48 // (kstep // LL.KG * bits)))
+def regs_depth(bits: int, kstep: int, mt: int = 1) -> int:
+    """Register stages of the regs variant's ring (native/include/lowbit_regs.cuh regs_depth): ~48 words per lane;
+    2 for 2-bit codes at two tiles."""
+    return 2 if mt == 2 and bits == 2 else min(4, max(2, 48 // (kstep // LL.KG * bits)))
 
 
 def _cuobjdump() -> str:
@@ -40,10 +41,12 @@ def _cuobjdump() -> str:
 
 
 def main_loop(sass: str) -> list:
-    """Opcodes of the longest backward-branch loop."""
+    """Opcodes of the longest backward-branch loop (branches placed after the first EXIT are left out: ptxas puts
+    the retry of an mbarrier wait there, as a stub that jumps back into the middle of the loop)."""
     ins = [(int(a, 16), t.strip()) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    end = next((a for a, t in ins if re.match(r"(@!?U?P\w+\s+)?EXIT\b", t)), None)
     loops = [(int(m.group(1), 16), a) for a, t in ins for m in [re.search(r"BRA (0x[0-9a-f]+)", t)]
-             if m and int(m.group(1), 16) < a]
+             if m and int(m.group(1), 16) < a and (end is None or a < end)]
     lo, hi = max(loops, key=lambda l: l[1] - l[0])
     return [(t.split()[1] if t.startswith("@") else t.split()[0]).split(".")[0] for a, t in ins if lo <= a <= hi]
 
@@ -64,16 +67,16 @@ def loop_stats(recipes, tmp: Path | None = None) -> list:
         name = f.split("\n")[0]
         m = re.search(r"lowbit_gemv_kernelINS_\d+rec_(\w+?)ELi(\d)ELb([01])ELb([01])ELb([01])E(?:Li(\d)E)?(?:Li(\d)E)?",
                       name)
-        r = re.search(r"lowbit_regs_kernelINS_\d+rec_(\w+?)ELb([01])ELi(\d)E", name)   # regs: mt1, f16 out
+        r = re.search(r"lowbit_regs_kernelINS_\d+rec_(\w+?)ELi(\d)ELb([01])ELi(\d)E", name)   # regs: f16 out
         if m:
             rec, stages = recs[m.group(1)], 1
             s = {"mt": int(m.group(2)), "out_bf16": m.group(3) == "1", "xsplit": m.group(4) == "1",
                  "prof": m.group(5) == "1", "variant": int(m.group(6) or 0), "prof_mode": int(m.group(7) or 1)}
         elif r:   # its loop is unrolled by the register ring's depth: that many stages per iteration
             rec = recs[r.group(1)]
-            stages = regs_depth(rec.bits, rec.kstep)
-            s = {"mt": 1, "out_bf16": False, "xsplit": False, "prof": r.group(2) == "1", "variant": lowbit.REGS,
-                 "prof_mode": int(r.group(3))}
+            stages = regs_depth(rec.bits, rec.kstep, int(r.group(2)))
+            s = {"mt": int(r.group(2)), "out_bf16": False, "xsplit": False, "prof": r.group(3) == "1",
+                 "variant": lowbit.REGS, "prof_mode": int(r.group(4))}
         else:
             continue
         body = main_loop(f)

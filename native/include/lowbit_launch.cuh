@@ -6,7 +6,7 @@
 //   dequantize:   output in the recipe's dtype; XSPLIT recipes also f16
 //   variants 1, 2 (GemvParams::variant): f16 recipes with R::TUNE, MT = 1, 2, f16 out; variant 3 (bulk): f16
 //                 recipes with R::BULK (all TUNE ones and the other 5-8 bit ones); 1 and 3 also instrumented
-//                 where R::PROF; variant 4 (regs, lowbit_regs.cuh): f16 recipes with R::TUNE, MT = 1, f16
+//                 where R::PROF; variant 4 (regs, lowbit_regs.cuh): f16 recipes with R::TUNE, MT = 1, 2, f16
 //                 out, also instrumented where R::PROF
 #pragma once
 #include <cuda_runtime.h>
@@ -58,13 +58,13 @@ int launch_gemv(const GemvParams &p, int sms, cudaStream_t s, int grid, int *gri
                           sms, s, grid, grid_used, dry);
 }
 
-// variant 4 (lowbit_regs.cuh): MT = 1, f16 out, no x split; x whole in shared memory, so the grid query fails
-// (and the variant is not a candidate) where MX rows of the padded K do not fit
-template <class R, bool PROF, int PM = INSTR_MODE_STAGED>
+// variant 4 (lowbit_regs.cuh): MT = 1, 2, f16 out, no x split; at MT = 1 x whole in shared memory, so the grid
+// query fails (and the variant is not a candidate) where MX rows of the padded K do not fit
+template <class R, int MT, bool PROF, int PM = INSTR_MODE_STAGED>
 int launch_regs(const GemvParams &p, int sms, cudaStream_t s, int grid, int *grid_used, bool dry) {
   static LaunchCache c;
-  return launch_decode<R>(lowbit_regs_kernel<R, PROF, PM>,
-                          regs_smem_bytes(R::BITS, R::ZERO, p.MX, p.slots, p.iters), c, p, sms, s, grid,
+  return launch_decode<R>(lowbit_regs_kernel<R, MT, PROF, PM>,
+                          regs_smem_bytes(R::BITS, R::ZERO, p.MX, p.slots, p.iters, MT), c, p, sms, s, grid,
                           grid_used, dry);
 }
 
@@ -75,10 +75,10 @@ int launch_prof(int prof, const GemvParams &p, int sms, cudaStream_t s, int grid
   if (prof == INSTR_MODE_WARP0) return launch_gemv<R, MT, false, false, true, V, INSTR_MODE_WARP0>(p, sms, s, grid, used, dry);
   return -1;
 }
-template <class R>
+template <class R, int MT>
 int launch_regs_prof(int prof, const GemvParams &p, int sms, cudaStream_t s, int grid, int *used, bool dry) {
-  if (prof == INSTR_MODE_STAGED) return launch_regs<R, true>(p, sms, s, grid, used, dry);
-  if (prof == INSTR_MODE_WARP0) return launch_regs<R, true, INSTR_MODE_WARP0>(p, sms, s, grid, used, dry);
+  if (prof == INSTR_MODE_STAGED) return launch_regs<R, MT, true>(p, sms, s, grid, used, dry);
+  if (prof == INSTR_MODE_WARP0) return launch_regs<R, MT, true, INSTR_MODE_WARP0>(p, sms, s, grid, used, dry);
   return -1;
 }
 
@@ -89,8 +89,12 @@ int gemv_dispatch(int mt, bool ob, bool xs, int prof, const GemvParams &p, int s
   if (p.variant != 0) {
     if constexpr (!R::BF16 && R::TUNE) {
       if (!xs && !ob && p.variant == VREGS && mt == 1) {
-        if (!prof) return launch_regs<R, false>(p, sms, s, grid, used, dry);
-        if constexpr (R::PROF) return launch_regs_prof<R>(prof, p, sms, s, grid, used, dry);
+        if (!prof) return launch_regs<R, 1, false>(p, sms, s, grid, used, dry);
+        if constexpr (R::PROF) return launch_regs_prof<R, 1>(prof, p, sms, s, grid, used, dry);
+      }
+      if (!xs && !ob && p.variant == VREGS && mt == 2) {
+        if (!prof) return launch_regs<R, 2, false>(p, sms, s, grid, used, dry);
+        if constexpr (R::PROF) return launch_regs_prof<R, 2>(prof, p, sms, s, grid, used, dry);
       }
       if (!xs && !ob && !prof) {
         if (p.variant == 1 && mt == 1) return launch_gemv<R, 1, false, false, false, 1>(p, sms, s, grid, used, dry);

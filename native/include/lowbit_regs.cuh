@@ -2,13 +2,20 @@
 // from global memory into registers, with no shared-memory stage and no per-stage __syncthreads.
 //
 // The same layout, work split (stream-K over (n-block, iteration)), m16n8k16 mma and group fold as
-// lowbit_gemv_kernel (lowbit_kernel.cuh), for the TUNED f16 recipes at one m16n8 tile (M <= 8), f16 out:
+// lowbit_gemv_kernel (lowbit_kernel.cuh), for the TUNED f16 recipes at MT = 1 or 2 m16n8 tiles (M <= 8, <= 16),
+// f16 out:
 //   - each lane loads its own VEC 16-byte vectors of a stage (ld.global.nc, no L1 allocation; a warp's load
 //     is 512 contiguous bytes) into a ring of D register stages (regs_depth); the loop is unrolled by D so
 //     that every ring entry is a fixed set of registers, and stage f + D - 1 is issued as stage f starts;
-//   - x is copied whole (MX rows of the padded K) into shared memory once, with cp.async, while the first
-//     D - 1 weight stages are in flight: one __syncthreads before the loop, none inside it except at a
+//   - MT = 1: x is copied whole (MX rows of the padded K) into shared memory once, with cp.async, while the
+//     first D - 1 weight stages are in flight: one __syncthreads before the loop, none inside it except at a
 //     piece's end (the stream-K output, as lowbit_gemv_kernel's);
+//   - MT = 2 (16 rows of x whole do not fit beside the rings): x goes through a block-wide ring of XSLOTS stage
+//     slots instead, each thread copying its chunk of stage f + D - 1's x with its weights (cp.async, arriving on
+//     the slot's "full" mbarrier when the copy lands: cp.async.mbarrier.arrive.noinc); a warp waits on the full
+//     barrier of the stage it computes and, once done with it, arrives on the slot's "empty" barrier, which the
+//     copies into that slot wait on XSLOTS stages later. No block barrier either: warps drift up to
+//     XSLOTS - D stages apart before a copy waits;
 //   - scales (per warp, as the layout stores them) through a per-warp ring of D shared-memory slots filled by
 //     cp.async with the weights of their stage: a warp waits on its own copies and __syncwarp()s;
 //   - B-fragment rows >= MX read row MX - 1 instead of zeros: column m of the mma's D depends on column m of B
@@ -26,18 +33,43 @@ namespace lowbit {
 
 constexpr int VREGS = 4;  // GemvParams::variant
 
-// register stages of the ring: ~48 words in flight per lane (u1 4, u2 / u4 / i4 3, u8 / f6e3m2 2)
-__host__ __device__ constexpr int regs_depth(int bits) {
-  return 48 / ((kstep_for(bits) / KG) * bits) < 2 ? 2 : 48 / ((kstep_for(bits) / KG) * bits) > 4 ? 4
-                                                      : 48 / ((kstep_for(bits) / KG) * bits);
+// register stages of the ring: ~48 words in flight per lane (u1 4, u2 / u4 / i4 3, u8 / f6e3m2 2); at MT = 2 (twice
+// the accumulators) 2 for u2, which spilled in the loop at 3
+__host__ __device__ constexpr int regs_depth(int bits, int mt = 1) {
+  return mt == 2 && bits == 2 ? 2
+         : 48 / ((kstep_for(bits) / KG) * bits) < 2 ? 2
+         : 48 / ((kstep_for(bits) / KG) * bits) > 4 ? 4
+                                                    : 48 / ((kstep_for(bits) / KG) * bits);
 }
 
 // bytes of a padded x row in shared memory (64 bytes of pad: rows g, g + 1 in other banks, as xrow_bytes)
 __host__ __device__ inline int regs_xrow(int bits, int iters) { return iters * kstep_for(bits) * 2 + 64; }
+// MT = 2: slots of the x ring (a slot: 16 rows of one stage, xrow_bytes each)
+__host__ __device__ constexpr int regs_xslots(int bits, int mt) { return regs_depth(bits, mt) + 2; }
 
-__host__ inline int regs_smem_bytes(int bits, bool zero, int MX, int slots, int iters) {
-  return ((iters * 4 + 15) / 16) * 16 + WARPS * regs_depth(bits) * slots * scale_bytes(zero) +
-         MX * regs_xrow(bits, iters);
+__host__ inline int regs_smem_bytes(int bits, bool zero, int MX, int slots, int iters, int mt = 1) {
+  return ((iters * 4 + 15) / 16) * 16 + WARPS * regs_depth(bits, mt) * slots * scale_bytes(zero) +
+         (mt == 1 ? MX * regs_xrow(bits, iters) : regs_xslots(bits, mt) * 16 * xrow_bytes(kstep_for(bits)));
+}
+
+// MT = 2's x ring: arrive on the mbarrier once this thread's earlier cp.async have landed (counted in its init count)
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// wait for a phase with acquire semantics (the x ring's readers and writers order their shared accesses by it)
+__device__ __forceinline__ void mbar_wait_acq(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred P1;\n"
+      "LAB_WAIT:\n"
+      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 P1, [%0], %1;\n"
+      "@P1 bra DONE;\n"
+      "bra LAB_WAIT;\n"
+      "DONE:\n"
+      "}\n" ::"r"(bar), "r"(parity) : "memory");
 }
 
 // 16 bytes of streamed weights into registers (read once: no L1 allocation)
@@ -47,9 +79,16 @@ __device__ __forceinline__ void ldg_stream16(uint32_t *r, const void *ptr) {
                : "l"(ptr));
 }
 
-template <class R, bool PROF, int PM = INSTR_MODE_STAGED>
-__global__ void __launch_bounds__(THREADS, 2) lowbit_regs_kernel(const __grid_constant__ GemvParams p) {
-  constexpr int BITS = R::BITS, KSTEP = R::KSTEP, CHUNKS = KSTEP / KG, D = regs_depth(BITS);
+// blocks per SM the build is compiled for: 2 (128 registers), but 1 for 8-bit codes at MT = 2 (they spilled at 128)
+__host__ __device__ constexpr int regs_min_blocks(int bits, int mt) { return mt == 2 && bits == 8 ? 1 : 2; }
+
+template <class R, int MT, bool PROF, int PM = INSTR_MODE_STAGED>
+__global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, MT)) lowbit_regs_kernel(const __grid_constant__ GemvParams p) {
+  constexpr int BITS = R::BITS, KSTEP = R::KSTEP, CHUNKS = KSTEP / KG, D = regs_depth(BITS, MT);
+  constexpr bool XR = MT > 1;  // x through the ring (above)
+  constexpr int XS = regs_xslots(BITS, MT), XROW = xrow_bytes(KSTEP), XCH = KSTEP / 8;  // x ring; 16-byte chunks per row
+  constexpr int XPT = 16 * XCH / THREADS;       // x chunks a thread copies per stage (1: KSTEP 128, 2: 256)
+  static_assert(MT == 1 || (MT == 2 && XPT * THREADS == 16 * XCH), "one or two tiles; whole chunks per thread");
   constexpr int VEC = CHUNKS * BITS / 4, NW = 4 * VEC;  // 16-byte vectors / words per lane per stage
   constexpr int SB = scale_bytes(R::ZERO);
   constexpr int SCP = (8 * SB / 16 + 31) / 32;  // scale chunks a lane may copy (<= 8 groups per stage)
@@ -65,8 +104,10 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_regs_kernel(const __grid_co
   const int tab_bytes = ((p.iters * 4 + 15) / 16) * 16;
   uint32_t *tab_sm = reinterpret_cast<uint32_t *>(smem);
   uint8_t *scr = smem + tab_bytes + warp * (D * wsb);  // this warp's scale ring
-  uint8_t *xsm = smem + tab_bytes + WARPS * D * wsb;   // x: [MX][xrow]
+  uint8_t *xsm = smem + tab_bytes + WARPS * D * wsb;   // x: [MX][xrow] (MT = 2: the ring, [XS][16][XROW])
   __shared__ int last_flag;
+  __shared__ __align__(8) uint64_t xbar[XR ? 2 * XS : 1];  // MT = 2: full barriers [0, XS), empty [XS, 2 XS)
+  const uint32_t xbar0 = smem_u32(xbar);
 
   for (int i = tid; i < p.iters; i += THREADS) tab_sm[i] = p.stab[i];
   const int T = p.nblocks * p.iters;
@@ -75,7 +116,15 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_regs_kernel(const __grid_co
   const int f_end = f_begin + per + (b < rem ? 1 : 0);
 
   // x, whole: K % 8 == 0, so a 16-byte chunk is all inside or all outside (zero-filled past K)
-  {
+  if constexpr (XR) {
+    if (tid == 0) {
+      for (int s = 0; s < XS; ++s) {
+        mbar_init(xbar0 + 8 * s, THREADS);        // every thread's copies of the slot's stage
+        mbar_init(xbar0 + 8 * (XS + s), WARPS);   // every warp done reading it
+      }
+      fence_mbar_init();
+    }
+  } else {
     const uint16_t *xg = reinterpret_cast<const uint16_t *>(p.x);
     const int xch = p.iters * KSTEP / 8;
     const uint32_t xs0 = smem_u32(xsm);
@@ -95,7 +144,28 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_regs_kernel(const __grid_co
   const uint4 *ls = static_cast<const uint4 *>(p.sc) + (size_t)lnb * s_nb + (size_t)warp * p.ngroups * (SB / 16) + lane;
   const uint32_t scr0 = smem_u32(scr) + lane * 16;
   uint32_t wr[D][NW];
+  // MT = 2: this thread's x chunks of a stage (row, 16-byte chunk), the local index of the next stage issued
+  const uint16_t *xg = reinterpret_cast<const uint16_t *>(p.x);
+  // MT = 2: the ring slot of the next stage issued, and the parity of the empty barrier's phase to wait for: 1 at
+  // the slots' first use -- a fresh barrier is in phase 0, and the wait for the phase before it returns at once
+  int xslot = 0;
+  uint32_t xpar = 1;
   auto issue = [&](uint32_t(&buf)[NW], int slot) {
+    if constexpr (XR) {  // x of this stage into its ring slot, once every warp is done with the slot's previous use
+      mbar_wait_acq(xbar0 + 8 * (XS + xslot), xpar);
+      const uint32_t xd = smem_u32(xsm) + xslot * (16 * XROW);
+#pragma unroll
+      for (int j = 0; j < XPT; ++j) {
+        const int q = tid + THREADS * j, m = q / XCH, c = q - m * XCH, k = lit * KSTEP + c * 8;
+        const bool in = k < p.K;
+        if (m < p.MX) cp_async16(xd + m * XROW + c * 16, xg + (size_t)m * p.K + (in ? k : 0), in ? 16u : 0u);
+      }
+      cp_async_arrive(xbar0 + 8 * xslot);
+      if (++xslot == XS) {
+        xslot = 0;
+        xpar ^= 1u;
+      }
+    }
 #pragma unroll
     for (int v = 0; v < VEC; ++v) ldg_stream16(&buf[4 * v], lw + v * 32);
     const uint32_t tab = tab_sm[lit];
@@ -115,16 +185,22 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_regs_kernel(const __grid_co
     if (f_begin + s < f_end) issue(wr[s], s);
     cp_async_commit();
   }
-  cp_async_wait<D - 1>();  // x (the first group) has landed for this thread's chunks
-  __syncthreads();         // ... and for every thread's
+  if constexpr (!XR) {
+    cp_async_wait<D - 1>();  // x (the first group) has landed for this thread's chunks
+    __syncthreads();         // ... and for every thread's
+  }
 
-  float total[NT][4], acc[NT][4], xs[4];
+  float total[NT][MT][4], acc[NT][MT][4], xs[MT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) total[nt][e] = acc[nt][e] = 0.f;
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-  for (int e = 0; e < 4; ++e) xs[e] = 0.f;
+      for (int e = 0; e < 4; ++e) total[nt][mt][e] = acc[nt][mt][e] = 0.f;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) xs[mt][e] = 0.f;
 
   // group fold: total += s * acc (- s * z * sum(x)), scales of the staged group at sp
   auto flush = [&](const uint8_t *sp) {
@@ -136,24 +212,36 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_regs_kernel(const __grid_co
         s0 = lo_f32<false>(v.x), s1 = hi_f32<false>(v.x);
         z0 = with_bias<R>(lo_f32<false>(v.y)), z1 = with_bias<R>(hi_f32<false>(v.y));
         const float sz0 = s0 * z0, sz1 = s1 * z1;
-        total[nt][0] = fmaf(s0, acc[nt][0], fmaf(-sz0, xs[0], total[nt][0]));
-        total[nt][1] = fmaf(s0, acc[nt][1], fmaf(-sz0, xs[1], total[nt][1]));
-        total[nt][2] = fmaf(s1, acc[nt][2], fmaf(-sz1, xs[0], total[nt][2]));
-        total[nt][3] = fmaf(s1, acc[nt][3], fmaf(-sz1, xs[1], total[nt][3]));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          float *tt = total[nt][mt], *aa = acc[nt][mt];
+          tt[0] = fmaf(s0, aa[0], fmaf(-sz0, xs[mt][0], tt[0]));
+          tt[1] = fmaf(s0, aa[1], fmaf(-sz0, xs[mt][1], tt[1]));
+          tt[2] = fmaf(s1, aa[2], fmaf(-sz1, xs[mt][0], tt[2]));
+          tt[3] = fmaf(s1, aa[3], fmaf(-sz1, xs[mt][1], tt[3]));
+        }
       } else {
         const uint32_t v = *reinterpret_cast<const uint32_t *>(sp + (nt * 8 + g) * 4);
         s0 = lo_f32<false>(v), s1 = hi_f32<false>(v);
-        total[nt][0] = fmaf(s0, acc[nt][0], total[nt][0]);
-        total[nt][1] = fmaf(s0, acc[nt][1], total[nt][1]);
-        total[nt][2] = fmaf(s1, acc[nt][2], total[nt][2]);
-        total[nt][3] = fmaf(s1, acc[nt][3], total[nt][3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          float *tt = total[nt][mt], *aa = acc[nt][mt];
+          tt[0] = fmaf(s0, aa[0], tt[0]);
+          tt[1] = fmaf(s0, aa[1], tt[1]);
+          tt[2] = fmaf(s1, aa[2], tt[2]);
+          tt[3] = fmaf(s1, aa[3], tt[3]);
+        }
       }
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[nt][mt][e] = 0.f;
     }
     if constexpr (R::ZERO) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) xs[e] = 0.f;
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) xs[mt][e] = 0.f;
     }
   };
 
@@ -162,8 +250,12 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_regs_kernel(const __grid_co
   pin(one);
   pin(magic);
   uint16_t *yo = reinterpret_cast<uint16_t *>(p.y);
-  const uint8_t *xlane = xsm + min(g, p.MX - 1) * xrow + t * 16;  // this lane's B-fragment row (see the top)
+  // this lane's B-fragment rows (see the top): MT = 1 in x whole, MT = 2 in a ring slot (+ slot * 16 * XROW)
+  const uint8_t *xlane = XR ? xsm + min(g, p.MX - 1) * XROW + t * 16 : xsm + min(g, p.MX - 1) * xrow + t * 16;
+  const int xoff1 = (min(8 + g, p.MX - 1) - min(g, p.MX - 1)) * XROW;  // MT = 2: tile 1's row from tile 0's
   int nb = f_begin / p.iters, it = f_begin - nb * p.iters, seg_start = it;
+  int cslot = 0;       // MT = 2: the ring slot of the stage computed next, and the parity of its use
+  uint32_t cpar = 0;
 
   prof.enter(S_WAIT);
   for (int f0 = f_begin; f0 < f_end; f0 += D) {
@@ -185,12 +277,17 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_regs_kernel(const __grid_co
       const uint32_t fmask = 1u << (CHUNKS - 1);  // one group flush per stage (group = KSTEP): native/sass.py
 #endif
       const uint8_t *ssm = scr + d * wsb;
-      const uint8_t *xst = xlane + it * (KSTEP * 2);
+      if constexpr (XR) mbar_wait_acq(xbar0 + 8 * cslot, cpar);  // every thread's x copies of stage f
+      const uint8_t *xst = XR ? xlane + cslot * (16 * XROW) : xlane + it * (KSTEP * 2);
       int sidx = 0;
 #pragma unroll
       for (int kg = 0; kg < CHUNKS; ++kg) {
-        const uint4 q = *reinterpret_cast<const uint4 *>(xst + kg * 64);
-        const uint32_t bx[4] = {q.x, q.y, q.z, q.w};
+        uint32_t bx[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const uint4 q = *reinterpret_cast<const uint4 *>(xst + (mt ? xoff1 : 0) + kg * 64);
+          bx[mt][0] = q.x, bx[mt][1] = q.y, bx[mt][2] = q.z, bx[mt][3] = q.w;
+        }
         uint32_t a[16];
         R::deq(&wr[d][kg * BITS], a, magic);
 #pragma unroll
@@ -198,13 +295,25 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_regs_kernel(const __grid_co
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
             const int i0 = (2 * r + nt) * 4;
-            mma16816<false>(acc[nt], a[i0], a[i0 + 1], a[i0 + 2], a[i0 + 3], bx[2 * r], bx[2 * r + 1]);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+              mma16816<false>(acc[nt][mt], a[i0], a[i0 + 1], a[i0 + 2], a[i0 + 3], bx[mt][2 * r], bx[mt][2 * r + 1]);
           }
-          if constexpr (R::ZERO) mma16816<false>(xs, one, one, one, one, bx[2 * r], bx[2 * r + 1]);
+          if constexpr (R::ZERO)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) mma16816<false>(xs[mt], one, one, one, one, bx[mt][2 * r], bx[mt][2 * r + 1]);
         }
         if ((fmask >> kg) & 1) {
           flush(ssm + sidx * SB);
           ++sidx;
+        }
+      }
+      if constexpr (XR) {  // this warp is done with the slot's x: the copy XS stages later may overwrite it
+        __syncwarp();
+        if (lane == 0) mbar_arrive(xbar0 + 8 * (XS + cslot));
+        if (++cslot == XS) {
+          cslot = 0;
+          cpar ^= 1u;
         }
       }
 
@@ -218,13 +327,15 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_regs_kernel(const __grid_co
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int n = n0 + nt * 16 + (e >> 1) * 8, m = 2 * t + (e & 1);
-            if (m < p.M && n < p.N) {
-              if (whole) yo[(size_t)m * p.N + n] = f32_to_act<false>(total[nt][e]);
-              else atomicAdd(p.y32 + (size_t)m * p.Npad + n, total[nt][e]);
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int n = n0 + nt * 16 + (e >> 1) * 8, m = mt * 8 + 2 * t + (e & 1);
+              if (m < p.M && n < p.N) {
+                if (whole) yo[(size_t)m * p.N + n] = f32_to_act<false>(total[nt][mt][e]);
+                else atomicAdd(p.y32 + (size_t)m * p.Npad + n, total[nt][mt][e]);
+              }
             }
-          }
         if (!whole) {  // count the piece; the block that completes the n-block converts it and re-zeroes
           __threadfence();
           __syncthreads();
@@ -249,7 +360,9 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_regs_kernel(const __grid_co
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) total[nt][e] = 0.f;
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) total[nt][mt][e] = 0.f;
         prof.record(f == f_end - 1 ? instr::exit_tag(S_OUTPUT) : instr::next_tag(S_OUTPUT, S_WAIT));
       }
 #else
@@ -269,7 +382,9 @@ __global__ void __launch_bounds__(THREADS, 2) lowbit_regs_kernel(const __grid_co
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) sum += total[nt][e] + acc[nt][e];
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sum += total[nt][mt][e] + acc[nt][mt][e];
     p.y32[tid] = sum;
     (void)yo;
     (void)last_flag;
