@@ -8,7 +8,8 @@
    pieces) and the 8192-class shapes of tilus_fig10 for u4 / i4 / f6e3m2 / u1: relative Frobenius
    error against x(float64) @ dequantize_ref(W) on fresh random inputs (harness tolerances:
    f16 2e-3, bf16 1e-2); the workspace must be back at zero after every call; on the prefill path every candidate
-   (each chunking, and the fused kernel where it is built) is checked, not only the one `auto` chose.  Floats with >= 6
+   (each chunking, and the fused kernel where it is built) is checked, not only the one `auto` chose, and on the
+   decode path every variant `timed` chooses from (LowbitMatmul.decode_candidates), not only the one it chose.  Floats with >= 6
    exponent bits and f16 activations get the smallest f16 scales (narrow_scales); a case whose exact
    output is beyond the activation dtype's range (f8e7m0 with f16) is skipped with the reason
    (unrepresentable), not failed.
@@ -114,6 +115,14 @@ def check_case(fmt, act, g, K, N, Ms, grid=None, seed=0):
                 r["candidates"] = {name: rel_err(fn._prefill(x, sched), ref) for name, sched in
                                    fn.prefill_schedules().items()}
                 ok = ok and all(v <= TOL[dt] for v in r["candidates"].values())
+            else:   # every decode variant `timed` may choose (fn ran only the one it timed fastest)
+                r["candidates"] = {}
+                for v in fn.decode_candidates(M):
+                    name = lowbit.VARIANT_NAMES[v]
+                    r["candidates"][name] = rel_err(lowbit.LowbitMatmul(fn.pw, fn.mod, grid, name)(x), ref)
+                    torch.cuda.synchronize()
+                    clean = clean and workspace_clean()
+                ok = ok and clean and all(v <= TOL[dt] for v in r["candidates"].values())
             r.update(ok=ok, err=e, clean=clean, config=fn.chosen_config(M))
         except Exception as ex:  # noqa: BLE001
             r.update(ok=False, err=None, error=_error(ex))

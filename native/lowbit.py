@@ -257,8 +257,8 @@ DECODE_TUNE_ROUNDS = 5
 def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = False) -> int:
     """The variant number the decode kernel of this weight runs with mt m16n8 tiles (native/lowbit._mt):
     "auto" resolves per (recipe, mt) (AUTO_VARIANT, then lean for TUNED and bulk for BULK recipes); lean and
-    lean3 exist for the TUNED recipes, bulk for the BULK ones (f16, no x split), regs for the TUNED ones at
-    mt = 1 and 2; anything else falls back to base. prof: the instrumented build of that same variant (built for
+    lean3 exist for the TUNED recipes, bulk and regs for the BULK ones (f16, no x split; regs at mt = 1 and 2);
+    anything else falls back to base. prof: the instrumented build of that same variant (built for
     PROF_VARIANTS), so an instrumented call times the plain call's kernel plus its records."""
     name = pw.rec.name
     if variant == "timed":   # without a timing (LowbitMatmul.variant_num holds the timed choices): auto's
@@ -266,7 +266,7 @@ def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = Fals
     if variant == "auto":
         variant = AUTO_VARIANT.get((name, mt), "lean" if name in TUNED_RECIPES else "bulk")
     v = DECODE_VARIANTS[variant]
-    built = BULK_RECIPES if v == 3 else TUNED_RECIPES
+    built = BULK_RECIPES if v in (3, REGS) else TUNED_RECIPES
     v = v if (name in built and not pw.xsplit and (v != REGS or mt in (1, 2))) else 0
     if prof and v not in PROF_VARIANTS:
         raise Unsupported(f"the instrumented decode kernel is built for the variants "

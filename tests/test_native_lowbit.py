@@ -212,7 +212,7 @@ def test_decode_variants_are_built_for_the_tuned_recipes():
         for mt in (1, 2):
             assert f"launch_gemv<R, {mt}, false, false, false, {v}>" in src
     assert set(lowbit.DECODE_VARIANTS.values()) == {0, 1, 2, 3, 4}
-    # regs (4, lowbit_regs.cuh): the TUNED recipes at one and two tiles, plain and (R::PROF) instrumented
+    # regs (4, lowbit_regs.cuh): the BULK recipes at one and two tiles, plain, and (R::PROF) instrumented
     for mt in (1, 2):
         assert f"p.variant == VREGS && mt == {mt}" in src and f"launch_regs<R, {mt}, false>(p," in src
         assert f"launch_regs_prof<R, {mt}>(prof," in src
@@ -249,12 +249,12 @@ def test_default_variant_per_recipe_and_tiles():
             cands = lowbit.decode_candidates(pw, mt)   # what "timed" times: auto's first, each built, once
             assert cands[0] == want and len(set(cands)) == len(cands)
             assert set(cands) == {0} | ({1} if tuned else set()) | ({3} if bulk else set()) | \
-                ({4} if tuned else set())
+                ({4} if bulk else set())
             assert set(cands) <= lowbit.PROF_VARIANTS      # every candidate has an instrumented build
             assert lowbit.variant_for(pw, "base", mt) == 0
             assert lowbit.variant_for(pw, "lean3", mt) == (2 if tuned else 0)
             assert lowbit.variant_for(pw, "bulk", mt) == (3 if bulk else 0)
-            assert lowbit.variant_for(pw, "regs", mt) == (4 if tuned else 0)
+            assert lowbit.variant_for(pw, "regs", mt) == (4 if bulk else 0)
     with pytest.raises(KeyError):
         lowbit.variant_for(pw, "fast")
 

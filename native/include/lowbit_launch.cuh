@@ -6,7 +6,7 @@
 //   dequantize:   output in the recipe's dtype; XSPLIT recipes also f16
 //   variants 1, 2 (GemvParams::variant): f16 recipes with R::TUNE, MT = 1, 2, f16 out; variant 3 (bulk): f16
 //                 recipes with R::BULK (all TUNE ones and the other 5-8 bit ones); 1 and 3 also instrumented
-//                 where R::PROF; variant 4 (regs, lowbit_regs.cuh): f16 recipes with R::TUNE, MT = 1, 2, f16
+//                 where R::PROF; variant 4 (regs, lowbit_regs.cuh): f16 recipes with R::BULK, MT = 1, 2, f16
 //                 out, also instrumented where R::PROF
 #pragma once
 #include <cuda_runtime.h>
@@ -88,21 +88,15 @@ int gemv_dispatch(int mt, bool ob, bool xs, int prof, const GemvParams &p, int s
                   int *used, bool dry) {
   if (p.variant != 0) {
     if constexpr (!R::BF16 && R::TUNE) {
-      if (!xs && !ob && p.variant == VREGS && mt == 1) {
-        if (!prof) return launch_regs<R, 1, false>(p, sms, s, grid, used, dry);
-        if constexpr (R::PROF) return launch_regs_prof<R, 1>(prof, p, sms, s, grid, used, dry);
-      }
-      if (!xs && !ob && p.variant == VREGS && mt == 2) {
-        if (!prof) return launch_regs<R, 2, false>(p, sms, s, grid, used, dry);
-        if constexpr (R::PROF) return launch_regs_prof<R, 2>(prof, p, sms, s, grid, used, dry);
-      }
       if (!xs && !ob && !prof) {
         if (p.variant == 1 && mt == 1) return launch_gemv<R, 1, false, false, false, 1>(p, sms, s, grid, used, dry);
         if (p.variant == 1 && mt == 2) return launch_gemv<R, 2, false, false, false, 1>(p, sms, s, grid, used, dry);
         if (p.variant == 2 && mt == 1) return launch_gemv<R, 1, false, false, false, 2>(p, sms, s, grid, used, dry);
         if (p.variant == 2 && mt == 2) return launch_gemv<R, 2, false, false, false, 2>(p, sms, s, grid, used, dry);
       }
-      if constexpr (R::PROF) {  // the instrumented builds of lean and bulk, beside base's
+      if constexpr (R::PROF) {  // the instrumented builds of lean, bulk and regs, beside base's
+        if (!xs && !ob && prof && p.variant == VREGS && mt == 1) return launch_regs_prof<R, 1>(prof, p, sms, s, grid, used, dry);
+        if (!xs && !ob && prof && p.variant == VREGS && mt == 2) return launch_regs_prof<R, 2>(prof, p, sms, s, grid, used, dry);
         if (!xs && !ob && prof && p.variant == 1 && mt == 1) return launch_prof<R, 1, 1>(prof, p, sms, s, grid, used, dry);
         if (!xs && !ob && prof && p.variant == 1 && mt == 2) return launch_prof<R, 2, 1>(prof, p, sms, s, grid, used, dry);
         if (!xs && !ob && prof && p.variant == 3 && mt == 1) return launch_prof<R, 1, 3>(prof, p, sms, s, grid, used, dry);
@@ -112,6 +106,8 @@ int gemv_dispatch(int mt, bool ob, bool xs, int prof, const GemvParams &p, int s
     if constexpr (!R::BF16 && R::BULK) {
       if (!xs && !ob && !prof && p.variant == 3 && mt == 1) return launch_gemv<R, 1, false, false, false, 3>(p, sms, s, grid, used, dry);
       if (!xs && !ob && !prof && p.variant == 3 && mt == 2) return launch_gemv<R, 2, false, false, false, 3>(p, sms, s, grid, used, dry);
+      if (!xs && !ob && !prof && p.variant == VREGS && mt == 1) return launch_regs<R, 1, false>(p, sms, s, grid, used, dry);
+      if (!xs && !ob && !prof && p.variant == VREGS && mt == 2) return launch_regs<R, 2, false>(p, sms, s, grid, used, dry);
     }
     return -1;
   }

@@ -79,11 +79,12 @@ __device__ __forceinline__ void ldg_stream16(uint32_t *r, const void *ptr) {
                : "l"(ptr));
 }
 
-// blocks per SM the build is compiled for: 2 (128 registers), but 1 for 8-bit codes at MT = 2 (they spilled at 128)
-__host__ __device__ constexpr int regs_min_blocks(int bits, int mt) { return mt == 2 && bits == 8 ? 1 : 2; }
+// blocks per SM the build is compiled for: 2 (128 registers), but 1 for 7-8 bit codes with zero points at MT = 2
+// (they spilled at 128)
+__host__ __device__ constexpr int regs_min_blocks(int bits, bool zero, int mt) { return mt == 2 && zero && bits >= 7 ? 1 : 2; }
 
 template <class R, int MT, bool PROF, int PM = INSTR_MODE_STAGED>
-__global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, MT)) lowbit_regs_kernel(const __grid_constant__ GemvParams p) {
+__global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)) lowbit_regs_kernel(const __grid_constant__ GemvParams p) {
   constexpr int BITS = R::BITS, KSTEP = R::KSTEP, CHUNKS = KSTEP / KG, D = regs_depth(BITS, MT);
   constexpr bool XR = MT > 1;  // x through the ring (above)
   constexpr int XS = regs_xslots(BITS, MT), XROW = xrow_bytes(KSTEP), XCH = KSTEP / 8;  // x ring; 16-byte chunks per row
