@@ -155,8 +155,9 @@ def build(verbose: bool = False):
 
 def _extra_flags() -> list:
     """NATIVE_EXTRA_NVCC_FLAGS (space-separated), for an A/B build of one kernel option in its own build directory
-    (e.g. NATIVE_EXTRA_NVCC_FLAGS=-DLOWBIT_REGS_PREFETCH=0 NATIVE_TUNE_BUILD_DIR=build/native_tune_pf0): the rows of
-    such a build do not match the committed code, so they go to check files, never to figure rows."""
+    (e.g. NATIVE_EXTRA_NVCC_FLAGS=-DSOME_OPTION=0 NATIVE_TUNE_BUILD_DIR=build/native_tune_opt0; native/NOTES.md section
+    24 measured an L2 prefetch this way): the rows of such a build do not match the committed code, so they go to
+    check files, never to figure rows."""
     return os.environ.get("NATIVE_EXTRA_NVCC_FLAGS", "").split()
 
 

@@ -72,16 +72,6 @@ __device__ __forceinline__ void mbar_wait_acq(uint32_t bar, uint32_t parity) {
       "}\n" ::"r"(bar), "r"(parity) : "memory");
 }
 
-// The weights' L2 prefetch distance, in stages beyond the register ring's issue point: lane 0 of each warp asks the
-// TMA unit to bring its words of stage f + D - 1 + LOWBIT_REGS_PREFETCH into L2 (cp.async.bulk.prefetch, one
-// instruction per warp and stage), so that more bytes are in flight than the register ring holds. 0: none.
-#ifndef LOWBIT_REGS_PREFETCH
-#define LOWBIT_REGS_PREFETCH 4
-#endif
-__device__ __forceinline__ void prefetch_l2(const void *p, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
 // 16 bytes of streamed weights into registers (read once: no L1 allocation)
 __device__ __forceinline__ void ldg_stream16(uint32_t *r, const void *ptr) {
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -161,8 +151,6 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
   // the slots' first use -- a fresh barrier is in phase 0, and the wait for the phase before it returns at once
   int xslot = 0;
   uint32_t xpar = 1;
-  constexpr int PF = LOWBIT_REGS_PREFETCH;
-  int lf = f_begin;  // flat index of the next stage issued (the L2 prefetch's range check)
   auto issue = [&](uint32_t(&buf)[NW], int slot) {
     if constexpr (XR) {  // x of this stage into its ring slot, once every warp is done with the slot's previous use
       mbar_wait_acq(xbar0 + 8 * (XS + xslot), xpar);
@@ -181,10 +169,6 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
     }
 #pragma unroll
     for (int v = 0; v < VEC; ++v) ldg_stream16(&buf[4 * v], lw + v * 32);
-    if constexpr (PF > 0) {
-      if (lane == 0 && lf + PF < f_end) prefetch_l2(lw + PF * WSTRIDE, 512 * VEC);  // (lane 0: lw is the warp's base)
-      ++lf;
-    }
     const uint32_t tab = tab_sm[lit];
     const int nsc = ((tab >> 16) & 0xF) * (SB / 16);
     const uint4 *ss = ls + (tab & 0xFFFF) * (SB / 16);
