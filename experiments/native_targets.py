@@ -3,8 +3,8 @@
 Decode (M <= 16): >= 90% of the HBM floor for 3-8 bit weights, >= 75% for 1-2 bit (the row's
 `roofline_frac` = floor_ms / median latency, floor = bytes over the run's read-bandwidth probe), and faster
 than both our Triton kernel and our kernel in Tilus 0.2.0 at the same point.  Prefill (M >= 2048): at least
-0.95x cuBLAS f16.  The `why` column names the measured limit of a missed point (native/NOTES.md sections 9
-and 12 hold the measurements it summarises).
+0.95x cuBLAS f16.  The `why` column names the measured limit of a missed point (native/NOTES.md sections 9,
+12, 23 and 24 hold the measurements it summarises).
 """
 from __future__ import annotations
 
@@ -36,6 +36,9 @@ def _why(r) -> str:
         return "fixed part (launch, tail, flush write-back: ~8-17 us per call) against a floor of a few us"
     if bits(r["weight_dtype"]) <= 2:
         return "issue-bound: ~1.8-2.3 instructions per weight in the loop against a 1.25-2.2 budget"
+    if r.get("variant") == "regs" and r["M"] > 8:   # two tiles: native/NOTES.md section 24
+        return ("issue-bound at two tiles (regs; ncu at (8192, 57344) M=16: u4 3.83 / i4 3.33 instructions issued per "
+                "weight at 0.57 / 0.61 per scheduler and cycle; a zero point's sum-of-x mma and fold add ~15%)")
     if r.get("variant") == "regs":   # native/NOTES.md section 23
         return ("a plain streaming read's pace (regs variant; torch.sum of the 235 MB u4 gate_up weight: 80.7 us under "
                 "the harness flush, 73.3 us read-only, floor 55.4 us): flush write-backs, launch and tail")

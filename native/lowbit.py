@@ -295,7 +295,7 @@ def _median_ms(calls: dict, rounds: int, before=None, dev=None) -> dict:
 def decode_candidates(pw: "PackedWeight", mt: int) -> list:
     """The variant numbers "timed" chooses from with mt tiles: auto's, then base, lean, bulk and regs where this
     recipe is built with them (each has an instrumented build, so profiled() runs the plain call's kernel).
-    LowbitMatmul.decode_candidates also drops regs where its x does not fit in shared memory."""
+    LowbitMatmul.decode_candidates also drops regs where its x does not fit in shared memory (one tile: x whole)."""
     out = []
     for name in ("auto", "base", "lean", "bulk", "regs"):
         v = variant_for(pw, name, mt)
@@ -354,7 +354,7 @@ class LowbitMatmul:
         return [v for v in decode_candidates(self.pw, _mt(self.pw, M)) if self._launchable(M, v)]
 
     def _launchable(self, M: int, v: int) -> bool:
-        """Whether variant v launches at M rows: regs holds x whole in shared memory (MX rows of the padded K),
+        """Whether variant v launches at M rows: regs at one tile holds x whole in shared memory (MX rows of the padded K),
         which does not fit every (M, K) -- the launcher's grid query fails there."""
         return v != REGS or self._regs_grid(M) > 0
 

@@ -37,7 +37,13 @@ def test_decode_targets_name_the_variant_and_its_limit():
                     ("u8", "native decode (timed ms: base 0.1) f16_u8 mt2"), ("u3", "native decode f16_u3 mt1")):
         rows += [dict(_rows("native", wt, 1, "latency_ms", 0.08), impl_config=cfg),
                  dict(_rows("native", wt, 1, "roofline_frac", 0.73), impl_config=cfg)]
-    t = decode_targets(pd.DataFrame(rows)).set_index("weight_dtype")
+    cfg = "native decode regs (timed ms: regs 0.1161) f16_u4 mt2"   # two tiles: another limit
+    rows += [dict(_rows("native", "u4", 16, "latency_ms", 0.116), impl_config=cfg),
+             dict(_rows("native", "u4", 16, "roofline_frac", 0.5), impl_config=cfg)]
+    t = decode_targets(pd.DataFrame(rows))
+    t16 = t[t["M"] == 16].set_index("weight_dtype")
+    assert t16.loc["u4", "variant"] == "regs" and "issue-bound at two tiles" in t16.loc["u4", "why"]
+    t = t[t["M"] == 1].set_index("weight_dtype")
     assert t.loc["u4", "variant"] == "regs" and "streaming read" in t.loc["u4", "why"]
     assert t.loc["i4", "variant"] == "bulk" and "loop stalls" in t.loc["i4", "why"]
     assert t.loc["u8", "variant"] == t.loc["u3", "variant"] == "base"   # chosen_config leaves base's name out
