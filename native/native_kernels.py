@@ -28,7 +28,10 @@ SCOPES = {
     "layer_norm": ("load", "stats", "normalize_store"),
     "calibrate": ("spin",),
     "lowbit": ("wait", "compute", "output"),     # native.lowbit.SCOPES: the low-bit decode kernel
+    "lowbit_regs": ("wait", "compute", "output"),  # ... in the regs variant (what `timed` runs at this point)
 }
+# the low-bit decode kernels: name -> the decode variant their inputs default to
+LOWBIT_KERNELS = {"lowbit": "auto", "lowbit_regs": "regs"}
 # the low-bit decode kernel's case: u4, group 128, f16, M = 1 (tilus_fig10's gate_up shape at llm size)
 LOWBIT_SHAPES = {"tiny": (1, 256, 256), "llm": (1, 8192, 57344)}   # M, K, N
 KERNEL_NAMES = {k: f"native_{k}" for k in SCOPES}
@@ -55,11 +58,11 @@ def make_inputs(name: str, size: str, device, seed: int = 0, variant: str | None
     per-shape timed choice of the harness's `native` rows)."""
     if name == "calibrate":
         return {"spin_cycles": 1_000_000, "blocks": 264, "threads": 128}
-    if name == "lowbit":
+    if name in LOWBIT_KERNELS:
         import torch
         from kernels.lowbit.formats import random_quantized
         from native import lowbit
-        variant = variant or "auto"
+        variant = variant or LOWBIT_KERNELS[name]
         if variant not in lowbit.VARIANT_CHOICES:
             raise ValueError(f"decode variant {variant!r}: one of {list(lowbit.VARIANT_CHOICES)}")
         M, K, N = LOWBIT_SHAPES[size]
@@ -71,7 +74,7 @@ def make_inputs(name: str, size: str, device, seed: int = 0, variant: str | None
 
 
 def reference(name: str, inputs: dict):
-    if name == "lowbit":
+    if name in LOWBIT_KERNELS:
         from kernels.lowbit.formats import dequantize_ref
         qw = inputs["weight"]
         return inputs["x"].double() @ dequantize_ref(qw, device=qw.packed.device)
@@ -103,7 +106,7 @@ def buffer_words(name: str, inputs: dict, buffer_records: int, mode: str = "stag
         blocks, warps = inputs["x"].shape[0], 8
     elif name == "calibrate":
         blocks, warps = inputs["blocks"], (inputs["threads"] + 31) // 32
-    elif name == "lowbit":
+    elif name in LOWBIT_KERNELS:
         from native.decode import block_words as bw
         fn = lowbit_fn(inputs)
         words = fn.buffer_words(inputs["x"].shape[0], buffer_records, mode)
@@ -154,7 +157,7 @@ def run(name: str, inputs: dict, instrument: bool = False, buffer_records: int =
         raise Unsupported(f"unknown native kernel {name!r}")
     if instrument:
         check_capacity(buffer_records)
-    if name == "lowbit":
+    if name in LOWBIT_KERNELS:
         return _run_lowbit(inputs, instrument, buffer_records, host=host, buffer=buffer, clear=clear, mode=mode)
     mod = build()
     if instrument:

@@ -590,6 +590,8 @@ def test_lowbit_inputs_carry_a_checked_decode_variant():
     a variant the decode kernel does not have is refused before any weight is made; the default is auto."""
     from native import native_kernels as nk
     assert nk.make_inputs("lowbit", "tiny", "cpu")["variant"] == "auto"
+    assert nk.make_inputs("lowbit_regs", "tiny", "cpu")["variant"] == "regs"   # proton_fig15's second low-bit kernel
+    assert nk.SCOPES["lowbit_regs"] == nk.SCOPES["lowbit"] and set(nk.LOWBIT_KERNELS) <= set(nk.SCOPES)
     assert nk.make_inputs("lowbit", "tiny", "cpu", variant="bulk")["variant"] == "bulk"
     with pytest.raises(ValueError, match="decode variant 'fast'"):
         nk.make_inputs("lowbit", "tiny", "cpu", variant="fast")

@@ -15,6 +15,7 @@ from matplotlib.patches import Patch
 from harness.figures import comparison, figure, finding, geomean, listing, paper_dir, span, table
 
 NATIVE_TARGET = 1.03   # issue 13: the native header's geomean overhead over the native kernels
+REGS_KERNEL = "native_lowbit_regs"   # the low-bit kernel in its regs variant: reported beside the target, not in it
 
 PAPER_NAME = {"moe_matmul": "matmul_ogs"}
 
@@ -204,15 +205,21 @@ def findings(df):
     modes = prot[prot["mode"] != "default"].groupby("mode")["overhead"].apply(geomean)
     if len(modes):
         out.append("Other modes, geomean over the kernels: " + "; ".join(f"{m} {v:.3f}x" for m, v in modes.items()) + ".")
-    kernels = set(o.loc[o["profiler"] == "native", "kernel"])
+    kernels = set(o.loc[o["profiler"] == "native", "kernel"]) - {REGS_KERNEL}
     for m, g in o[o["profiler"] == "native"].groupby("mode"):
-        nat = g.groupby("kernel")["overhead"].median()
+        per = g.groupby("kernel")["overhead"].median()
+        nat = per.drop(REGS_KERNEL, errors="ignore")   # the target's kernels: the low-bit one in its `auto` variant
         gm = geomean(nat)
-        bounds = g.groupby("kernel")[["lo", "hi"]].median()   # p10 / plain p90 .. p90 / plain p10, per kernel
+        bounds = g[g["kernel"] != REGS_KERNEL].groupby("kernel")[["lo", "hi"]].median()   # p10 / plain p90 .. p90 / p10
         missing = sorted(kernels - set(nat.index))
         verdict = (f"the issue-13 target (<= {NATIVE_TARGET}x over the native kernels, the low-bit one included) "
                    f"is {'met' if gm <= NATIVE_TARGET and not missing else 'missed'}"
                    + (f" (not built in this mode: {', '.join(missing)})" if missing else ""))
+        if REGS_KERNEL in per and "native_lowbit" in nat:   # the same target with the variant `timed` runs there
+            alt = geomean(pd.concat([nat.drop("native_lowbit"), per[[REGS_KERNEL]]]))
+            verdict += (f"; with the low-bit kernel's regs variant (what `timed` runs at this point, "
+                        f"{per[REGS_KERNEL]:.3f}x) in place of `auto`'s: geomean {alt:.3f}x, "
+                        f"{'met' if alt <= NATIVE_TARGET else 'missed'}")
         out.append(f"Our native header ({m.removeprefix('native ')} mode) on our CUDA kernels: "
                    f"{listing(f'{k} {v:.3f}x' for k, v in nat.items())}; geomean {gm:.3f}x "
                    f"({geomean(bounds['lo']):.3f}-{geomean(bounds['hi']):.3f}x from the p10/p90 of both timings): "

@@ -4,7 +4,7 @@ For every kernel of kernels.suite: the kernel without instrumentation, then with
 Proton's instrumentation backend in each configured mode (buffer size,
 granularity, clock32, time_shift), timed in the same job. For the native CUDA
 kernels (native/: matmul, softmax, layer_norm and the low-bit decode kernel
-"lowbit"): the same kernel without and with our own instrumentation header, in
+"lowbit", in its `auto` variant, and "lowbit_regs", in the regs variant): the same kernel without and with our own instrumentation header, in
 each of its modes (params.native_modes: staged, warp0, direct; the low-bit
 kernel's instrumented builds: staged and warp0). A calibration kernel spins a known
 number of cycles inside one scope and checks the decoded scope time (per mode). Every variant is checked against the reference
@@ -98,7 +98,8 @@ class KernelInstrumentation:
         for k in suite:
             if k not in SUITE:
                 raise ConfigError(f"unknown suite kernel {k!r}; valid: {', '.join(sorted(SUITE))}")
-        valid_native = ("matmul", "softmax", "layer_norm", "lowbit")
+        from native.native_kernels import LOWBIT_KERNELS
+        valid_native = ("matmul", "softmax", "layer_norm", *LOWBIT_KERNELS)
         for k in native:
             if k not in valid_native:
                 raise ConfigError(f"unknown native kernel {k!r}; valid: {', '.join(valid_native)}")
@@ -250,7 +251,7 @@ class KernelInstrumentation:
         ref = nk.reference(name, inputs)
 
         def check(out):
-            if name == "lowbit":      # relative Frobenius error, as every weight-only matmul is checked
+            if name in nk.LOWBIT_KERNELS:   # relative Frobenius error, as every weight-only matmul is checked
                 from harness.timing import check_numerics
                 return check_numerics(out, ref, 2e-3)
             from kernels.suite import compare
@@ -266,7 +267,7 @@ class KernelInstrumentation:
             t = self._time(ctx, lambda: nk.run(name, inputs, instrument=False), _native_match(name), plain=True,
                            native=True)
             return [Metric("latency_ms", t.median_ms, "ms", t.p10_ms, t.p90_ms, t.n, t.sm_clock_mhz),
-                    Metric("max_abs_err" if name != "lowbit" else "rel_err", err, "1")]
+                    Metric("rel_err" if name in nk.LOWBIT_KERNELS else "max_abs_err", err, "1")]
         records = prm["buffer_records"]
         if records == "auto":   # a first launch counts the records per warp (every header counts past its capacity)
             _, probe = nk.run(name, inputs, instrument=True, buffer_records=16, mode=mode)
@@ -282,7 +283,7 @@ class KernelInstrumentation:
         ms = [Metric("latency_ms", t.median_ms, "ms", t.p10_ms, t.p90_ms, t.n, t.sm_clock_mhz,
                      f"buffer_records={prm['buffer_records']} ({records}) mode={mode}"),
               Metric("buffer_records", records, "records"),
-              Metric("max_abs_err" if name != "lowbit" else "rel_err", err, "1"),
+              Metric("rel_err" if name in nk.LOWBIT_KERNELS else "max_abs_err", err, "1"),
               Metric("dropped_records", prof.dropped, "records"),
               Metric("kernel_span_ms", prof.kernel_span_ns() / 1e6, "ms"),
               Metric("profile_bytes", int(raw.nbytes), "B")]
