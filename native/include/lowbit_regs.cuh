@@ -2,8 +2,8 @@
 // from global memory into registers, with no shared-memory stage and no per-stage __syncthreads.
 //
 // The same layout, work split (stream-K over (n-block, iteration)), m16n8k16 mma and group fold as
-// lowbit_gemv_kernel (lowbit_kernel.cuh), for the TUNED f16 recipes at MT = 1 or 2 m16n8 tiles (M <= 8, <= 16),
-// f16 out:
+// lowbit_gemv_kernel (lowbit_kernel.cuh), for the BULK f16 recipes (lowbit_layout.BULK: the TUNED ones and the other
+// 5-8 bit ones) at MT = 1 or 2 m16n8 tiles (M <= 8, <= 16), f16 out:
 //   - each lane loads its own VEC 16-byte vectors of a stage (ld.global.nc, no L1 allocation; a warp's load
 //     is 512 contiguous bytes) into a ring of D register stages (regs_depth); the loop is unrolled by D so
 //     that every ring entry is a fixed set of registers, and stage f + D - 1 is issued as stage f starts;
@@ -116,7 +116,8 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
   const int f_begin = b * per + min(b, rem);
   const int f_end = f_begin + per + (b < rem ? 1 : 0);
 
-  // x, whole: K % 8 == 0, so a 16-byte chunk is all inside or all outside (zero-filled past K)
+  // MT = 2: the x ring's barriers; MT = 1: x whole (K % 8 == 0, so a 16-byte chunk is all inside or all outside K:
+  // zero-filled past it)
   if constexpr (XR) {
     if (tid == 0) {
       for (int s = 0; s < XS; ++s) {
@@ -145,7 +146,7 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
   const uint4 *ls = static_cast<const uint4 *>(p.sc) + (size_t)lnb * s_nb + (size_t)warp * p.ngroups * (SB / 16) + lane;
   const uint32_t scr0 = smem_u32(scr) + lane * 16;
   uint32_t wr[D][NW];
-  // MT = 2: this thread's x chunks of a stage (row, 16-byte chunk), the local index of the next stage issued
+  // MT = 2: x in global memory, copied stage by stage into the ring by issue()
   const uint16_t *xg = reinterpret_cast<const uint16_t *>(p.x);
   // MT = 2: the ring slot of the next stage issued, and the parity of the empty barrier's phase to wait for: 1 at
   // the slots' first use -- a fresh barrier is in phase 0, and the wait for the phase before it returns at once
