@@ -267,7 +267,7 @@ def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = Fals
         variant = AUTO_VARIANT.get((name, mt), "lean" if name in TUNED_RECIPES else "bulk")
     v = DECODE_VARIANTS[variant]
     built = BULK_RECIPES if v in (3, REGS) else TUNED_RECIPES
-    v = v if (name in built and not pw.xsplit and (v != REGS or mt in (1, 2))) else 0
+    v = v if (name in built and not pw.xsplit) else 0
     if prof and v not in PROF_VARIANTS:
         raise Unsupported(f"the instrumented decode kernel is built for the variants "
                           f"{[VARIANT_NAMES[p] for p in sorted(PROF_VARIANTS)]}, not {VARIANT_NAMES[v]!r}")

@@ -27,11 +27,11 @@ SCOPES = {
     "softmax": ("load", "reduce", "store"),
     "layer_norm": ("load", "stats", "normalize_store"),
     "calibrate": ("spin",),
-    "lowbit": ("wait", "compute", "output"),     # native.lowbit.SCOPES: the low-bit decode kernel
-    "lowbit_regs": ("wait", "compute", "output"),  # ... in the regs variant (what `timed` runs at this point)
 }
-# the low-bit decode kernels: name -> the decode variant their inputs default to
+# the low-bit decode kernels (scopes: native.lowbit.SCOPES): name -> the decode variant their inputs default to;
+# lowbit_regs is the variant `timed` runs at this point
 LOWBIT_KERNELS = {"lowbit": "auto", "lowbit_regs": "regs"}
+SCOPES.update({k: ("wait", "compute", "output") for k in LOWBIT_KERNELS})
 # the low-bit decode kernel's case: u4, group 128, f16, M = 1 (tilus_fig10's gate_up shape at llm size)
 LOWBIT_SHAPES = {"tiny": (1, 256, 256), "llm": (1, 8192, 57344)}   # M, K, N
 KERNEL_NAMES = {k: f"native_{k}" for k in SCOPES}

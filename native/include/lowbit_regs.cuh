@@ -20,8 +20,10 @@
 //     cp.async with the weights of their stage: a warp waits on its own copies and __syncwarp()s;
 //   - B-fragment rows >= MX read row MX - 1 instead of zeros: column m of the mma's D depends on column m of B
 //     only, and columns >= M are never stored, so the loads need no guard and x no zero rows.
-// Kept self-contained (its own fold and output code) rather than sharing device functions with
-// lowbit_gemv_kernel: factoring those changed ptxas' register allocation of the timed variants (section 22).
+// Kept self-contained (its own accumulators, fold and output code) rather than sharing device functions with
+// lowbit_gemv_kernel: factoring those changed ptxas' register allocation of the timed variants (section 22); tried
+// again in section 24 (the accumulators and fold of both kernels as one struct): the SASS of 64 of the 88
+// functions of the TUNED recipes changed, so sharing waits for a GPU call that re-times every variant.
 #pragma once
 #include <cstdint>
 #include "instrument.cuh"
