@@ -4,7 +4,7 @@
 
 1. correctness: every weight format x {f16, bf16} x group {per channel, 128} x M {1, 5, 16, 40}
    on a small shape with K and N padding (K = 1000, N = 700: 3 n-blocks, a partial stage), plus
-   group sizes 32 / 64 / 96 / 8 (the prefill path), grids 1 / 3 / auto (direct stores, stream-K
+   group sizes 32 / 64 / 96 / 256 / 8 (the prefill path), grids 1 / 3 / auto (direct stores, stream-K
    pieces) and the 8192-class shapes of tilus_fig10 for u4 / i4 / f6e3m2 / u1: relative Frobenius
    error against x(float64) @ dequantize_ref(W) on fresh random inputs (harness tolerances:
    f16 2e-3, bf16 1e-2); the workspace must be back at zero after every call; on the prefill path every candidate
@@ -140,7 +140,7 @@ def correctness(quick: bool):
             for g in (-1, 128):
                 cases += check_case(fmt, act, g, 1000 if g == -1 else 1024, 700, [1, 5, 16, 40], seed=len(cases))
     for fmt, act, g in [("u4", "f16", 32), ("u2", "f16", 64), ("i5", "bf16", 96), ("u4", "f16", 8),
-                        ("f8e5m2", "f16", 64), ("u1", "bf16", 32)]:
+                        ("f8e5m2", "f16", 64), ("u1", "bf16", 32), ("u8", "f16", 256)]:
         cases += check_case(fmt, act, g, 1152, 600, [1, 9, 16], seed=len(cases))
     for grid in (1, 3):
         cases += check_case("u4", "f16", 128, 2048, 1024, [1, 16], grid=grid)

@@ -35,6 +35,11 @@ namespace lowbit {
 
 constexpr int VREGS = 4;  // GemvParams::variant
 
+// 0: MT = 2 with zero points sums x in every warp, as MT = 1 does (the A/B build of native/NOTES.md section 25)
+#ifndef LOWBIT_REGS_XZ
+#define LOWBIT_REGS_XZ 1
+#endif
+
 // register stages of the ring: ~48 words in flight per lane (u1 4, u2 / u4 / i4 3, u8 / f6e3m2 2); at MT = 2 (twice
 // the accumulators) 2 for u2, which spilled in the loop at 3
 __host__ __device__ constexpr int regs_depth(int bits, int mt = 1) {
@@ -89,6 +94,9 @@ template <class R, int MT, bool PROF, int PM = INSTR_MODE_STAGED>
 __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)) lowbit_regs_kernel(const __grid_constant__ GemvParams p) {
   constexpr int BITS = R::BITS, KSTEP = R::KSTEP, CHUNKS = KSTEP / KG, D = regs_depth(BITS, MT);
   constexpr bool XR = MT > 1;  // x through the ring (above)
+  // MT = 2 with zero points: the sum of x per (row, group) is computed once per block-stage, by warp f % WARPS, into
+  // a per-slot array xsp of the ring (its segments: the stage's pieces of groups), instead of in every warp (below)
+  constexpr bool XZ = XR && R::ZERO && LOWBIT_REGS_XZ;
   constexpr int XS = regs_xslots(BITS, MT), XROW = xrow_bytes(KSTEP), XCH = KSTEP / 8;  // x ring; 16-byte chunks per row
   constexpr int XPT = 16 * XCH / THREADS;       // x chunks a thread copies per stage (1: KSTEP 128, 2: 256)
   static_assert(MT == 1 || (MT == 2 && XPT * THREADS == 16 * XCH), "one or two tiles; whole chunks per thread");
@@ -109,7 +117,9 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
   uint8_t *scr = smem + tab_bytes + warp * (D * wsb);  // this warp's scale ring
   uint8_t *xsm = smem + tab_bytes + WARPS * D * wsb;   // x: [MX][xrow] (MT = 2: the ring, [XS][16][XROW])
   __shared__ int last_flag;
-  __shared__ __align__(8) uint64_t xbar[XR ? 2 * XS : 1];  // MT = 2: full barriers [0, XS), empty [XS, 2 XS)
+  // MT = 2: full barriers [0, XS), empty [XS, 2 XS); with zero points also xsp ready [2 XS, 3 XS)
+  __shared__ __align__(8) uint64_t xbar[XR ? (XZ ? 3 : 2) * XS : 1];
+  __shared__ __align__(16) float xsp[XZ ? XS * CHUNKS * 16 : 1];  // [slot][segment][m]: sum of x over the segment
   const uint32_t xbar0 = smem_u32(xbar);
 
   for (int i = tid; i < p.iters; i += THREADS) tab_sm[i] = p.stab[i];
@@ -124,7 +134,8 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
     if (tid == 0) {
       for (int s = 0; s < XS; ++s) {
         mbar_init(xbar0 + 8 * s, THREADS);        // every thread's copies of the slot's stage
-        mbar_init(xbar0 + 8 * (XS + s), WARPS);   // every warp done reading it
+        mbar_init(xbar0 + 8 * (XS + s), WARPS);   // every warp done reading it (and its xsp)
+        if constexpr (XZ) mbar_init(xbar0 + 8 * (2 * XS + s), 1);  // its xsp written by warp f % WARPS
       }
       fence_mbar_init();
     }
@@ -206,8 +217,9 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
 #pragma unroll
     for (int e = 0; e < 4; ++e) xs[mt][e] = 0.f;
 
-  // group fold: total += s * acc (- s * z * sum(x)), scales of the staged group at sp
-  auto flush = [&](const uint8_t *sp) {
+  // group fold: total += s * acc (- s * z * sum(x)), scales of the staged group at sp; zt = false (XZ, a group that
+  // ends before the stage does): s * acc only, its zero term later in zfold, once the block's sum of x is in xsp
+  auto flush = [&](const uint8_t *sp, bool zt = true) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       float s0, s1, z0 = 0.f, z1 = 0.f;
@@ -219,10 +231,17 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           float *tt = total[nt][mt], *aa = acc[nt][mt];
-          tt[0] = fmaf(s0, aa[0], fmaf(-sz0, xs[mt][0], tt[0]));
-          tt[1] = fmaf(s0, aa[1], fmaf(-sz0, xs[mt][1], tt[1]));
-          tt[2] = fmaf(s1, aa[2], fmaf(-sz1, xs[mt][0], tt[2]));
-          tt[3] = fmaf(s1, aa[3], fmaf(-sz1, xs[mt][1], tt[3]));
+          if (!zt) {
+            tt[0] = fmaf(s0, aa[0], tt[0]);
+            tt[1] = fmaf(s0, aa[1], tt[1]);
+            tt[2] = fmaf(s1, aa[2], tt[2]);
+            tt[3] = fmaf(s1, aa[3], tt[3]);
+          } else {
+            tt[0] = fmaf(s0, aa[0], fmaf(-sz0, xs[mt][0], tt[0]));
+            tt[1] = fmaf(s0, aa[1], fmaf(-sz0, xs[mt][1], tt[1]));
+            tt[2] = fmaf(s1, aa[2], fmaf(-sz1, xs[mt][0], tt[2]));
+            tt[3] = fmaf(s1, aa[3], fmaf(-sz1, xs[mt][1], tt[3]));
+          }
         }
       } else {
         const uint32_t v = *reinterpret_cast<const uint32_t *>(sp + (nt * 8 + g) * 4);
@@ -241,11 +260,39 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[nt][mt][e] = 0.f;
     }
-    if constexpr (R::ZERO) {
+    if (R::ZERO && zt) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) xs[mt][e] = 0.f;
+    }
+  };
+  // XZ: the zero term of a group that ended before the stage did (flush(sp, false)), its sum of x in xs[mt][0..1]
+  auto zfold = [&](const uint8_t *sp) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const uint2 v = *reinterpret_cast<const uint2 *>(sp + (nt * 8 + g) * 8);
+      const float sz0 = lo_f32<false>(v.x) * with_bias<R>(lo_f32<false>(v.y));
+      const float sz1 = hi_f32<false>(v.x) * with_bias<R>(hi_f32<false>(v.y));
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        float *tt = total[nt][mt];
+        tt[0] = fmaf(-sz0, xs[mt][0], tt[0]);
+        tt[1] = fmaf(-sz0, xs[mt][1], tt[1]);
+        tt[2] = fmaf(-sz1, xs[mt][0], tt[2]);
+        tt[3] = fmaf(-sz1, xs[mt][1], tt[3]);
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) xs[mt][0] = xs[mt][1] = 0.f;
+  };
+  // XZ: add this block-stage's segment j of xsp (slot cs) to xs
+  auto xs_add = [&](int cs, int j) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const float2 q = *reinterpret_cast<const float2 *>(xsp + (cs * CHUNKS + j) * 16 + mt * 8 + 2 * t);
+      xs[mt][0] += q.x;
+      xs[mt][1] += q.y;
     }
   };
 
@@ -283,6 +330,39 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
       const uint8_t *ssm = scr + d * wsb;
       if constexpr (XR) mbar_wait_acq(xbar0 + 8 * cslot, cpar);  // every thread's x copies of stage f
       const uint8_t *xst = XR ? xlane + cslot * (16 * XROW) : xlane + it * (KSTEP * 2);
+      if constexpr (XZ) {
+        if (warp == f % WARPS) {  // this block-stage's sums of x, one per segment (a group's piece), into xsp
+          float xq[MT][4];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) xq[mt][e] = 0.f;
+          int j = 0;
+#pragma unroll
+          for (int kg = 0; kg < CHUNKS; ++kg) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              const uint4 q = *reinterpret_cast<const uint4 *>(xst + (mt ? xoff1 : 0) + kg * 64);
+              mma16816<false>(xq[mt], one, one, one, one, q.x, q.y);
+              mma16816<false>(xq[mt], one, one, one, one, q.z, q.w);
+            }
+            if (((fmask >> kg) & 1) || kg == CHUNKS - 1) {  // a segment ends: lanes of row 0 store its sums
+              if (g == 0)
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+                  *reinterpret_cast<float2 *>(xsp + (cslot * CHUNKS + j) * 16 + mt * 8 + 2 * t) =
+                      make_float2(xq[mt][0], xq[mt][1]);
+#pragma unroll
+              for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) xq[mt][e] = 0.f;
+              ++j;
+            }
+          }
+          __syncwarp();
+          if (lane == 0) mbar_arrive(xbar0 + 8 * (2 * XS + cslot));
+        }
+      }
       int sidx = 0;
 #pragma unroll
       for (int kg = 0; kg < CHUNKS; ++kg) {
@@ -303,16 +383,34 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
             for (int mt = 0; mt < MT; ++mt)
               mma16816<false>(acc[nt][mt], a[i0], a[i0 + 1], a[i0 + 2], a[i0 + 3], bx[mt][2 * r], bx[mt][2 * r + 1]);
           }
-          if constexpr (R::ZERO)
+          if constexpr (R::ZERO && !XZ)
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) mma16816<false>(xs[mt], one, one, one, one, bx[mt][2 * r], bx[mt][2 * r + 1]);
         }
         if ((fmask >> kg) & 1) {
+          if (!XZ || kg < CHUNKS - 1) {  // XZ: a group that ends with the stage is folded after the loop
+            flush(ssm + sidx * SB, !XZ);
+            ++sidx;
+          }
+        }
+      }
+      if constexpr (XZ) {  // the zero terms of the groups that ended in this stage; the open one's sum carried on
+        mbar_wait_acq(xbar0 + 8 * (2 * XS + cslot), cpar);
+        int j = 0;
+#pragma unroll
+        for (int kg = 0; kg < CHUNKS - 1; ++kg)
+          if ((fmask >> kg) & 1) {
+            xs_add(cslot, j);
+            zfold(ssm + j * SB);
+            ++j;
+          }
+        xs_add(cslot, j);  // the last segment: a group's end (folded whole here) or an open group's piece (carried)
+        if ((fmask >> (CHUNKS - 1)) & 1) {
           flush(ssm + sidx * SB);
           ++sidx;
         }
       }
-      if constexpr (XR) {  // this warp is done with the slot's x: the copy XS stages later may overwrite it
+      if constexpr (XR) {  // this warp is done with the slot's x (and xsp): the copy XS stages later may overwrite it
         __syncwarp();
         if (lane == 0) mbar_arrive(xbar0 + 8 * (XS + cslot));
         if (++cslot == XS) {
