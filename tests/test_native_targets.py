@@ -57,3 +57,34 @@ def test_prefill_targets_ratio_and_job():
     assert "fused" in t.loc[2048, "why (if missed)"] and t.loc[4096, "why (if missed)"] == ""
     assert abs(t.loc[2048, "x cuBLAS"] - 2.9 / 3.2) < 1e-12
     assert (t["cuBLAS rows"] == "another job (other code)").all()
+
+
+def test_decode_targets_same_bytes_cublas_pace():
+    """read_ref_ms (cuBLAS f16 on a weight of the same bytes, same job) gives each point the issue's own yardstick;
+    a point that reads at that pace is explained by it, one that does not keeps its measured limit."""
+    rows = []
+    for wt, nat, ref in (("u4", 0.0800, 0.0790), ("i4", 0.0960, 0.0780)):
+        rows += [_rows("native", wt, 1, "latency_ms", nat), _rows("native", wt, 1, "roofline_frac", 0.0585 / nat),
+                 _rows("native", wt, 1, "floor_ms", 0.0585), _rows("native", wt, 1, "read_ref_ms", ref),
+                 _rows("triton", wt, 1, "read_ref_ms", ref * 1.02)]      # every impl's row has it: the median
+    t = decode_targets(pd.DataFrame(rows)).set_index("weight_dtype")
+    ref_u4 = 1e3 * (0.0790 + 0.0790 * 1.02) / 2
+    assert abs(t.loc["u4", "cuBLAS same bytes us"] - ref_u4) < 1e-9
+    assert abs(t.loc["u4", "x cuBLAS pace"] - ref_u4 / 80.0) < 1e-9
+    assert abs(t.loc["u4", "cuBLAS same bytes % of floor"] - 100 * 58.5 / ref_u4) < 1e-9
+    assert t.loc["u4", "met"] == "no" and "reads as fast as cuBLAS" in t.loc["u4", "why"]
+    assert t.loc["i4", "x cuBLAS pace"] < 0.9 and "reads as fast" not in t.loc["i4", "why"]
+    old = [r for r in rows if r["metric"] != "read_ref_ms"]                # rows from before the reference
+    t = decode_targets(pd.DataFrame(old))
+    assert t["x cuBLAS pace"].isna().all() and not t["why"].str.contains("reads as fast").any()
+
+
+def test_read_ref_shape_holds_the_same_bytes():
+    from harness.benchmarks.matmul import read_ref_n
+    from harness.specs import Precision
+    u4 = Precision(name="u4", kind="uint", bits=4, exp_bits=0, man_bits=0, act_dtype="f16", group_size=128)
+    for K, N in ((8192, 57344), (28672, 8192), (8192, 8192), (1000, 700)):
+        wb = u4.weight_bytes(K, N)
+        n = read_ref_n(wb, K)
+        assert n % 8 == 0 and abs(2 * K * n - wb) <= 8 * K          # within half a step of 8 columns
+    assert read_ref_n(10, 4096) == 8                                 # never an empty weight

@@ -18,6 +18,13 @@ from ..specs import ConfigError, KernelSpec, Precision
 from ..timing import check_numerics, measure_read_bandwidth
 
 DEFAULT_TOL = {"f16": 2e-3, "bf16": 1e-2}
+READ_REF_MAX_M = 16     # decode sizes: where a weight-only kernel's time is its weight bytes
+
+
+def read_ref_n(weight_bytes: int, K: int) -> int:
+    """Columns of the f16 weight that holds as many bytes as a low-bit weight of `weight_bytes` at depth K (a
+    multiple of 8, for cuBLAS' aligned kernels): the shape of the same-bytes cuBLAS reference."""
+    return max(8, 8 * round(weight_bytes / (2 * K) / 8))
 
 
 def dense(act: str) -> Precision:
@@ -147,4 +154,30 @@ class WeightOnlyMatmul:
         if floor_ms:
             ms += [Metric("floor_ms", floor_ms, "ms", impl_config=c),
                    Metric("roofline_frac", floor_ms / t.median_ms, "1", impl_config=c)]
+        ref = self._read_ref(point, prec, ctx)
+        if ref is not None:
+            ms += [ref, Metric("read_ref_frac", ref.value / t.median_ms, "1", impl_config=ref.impl_config)]
         return ms
+
+    def _read_ref(self, point: Point, prec: Precision, ctx: Context) -> Metric | None:
+        """How fast cuBLAS reads f16 weights of the same byte count, under the same timer: torch.matmul of
+        x[M, K] @ W[K, N'] in f16 with 2 K N' = the low-bit weight's bytes (read_ref_n), checked against float64
+        first.  A decode kernel's floor is its bytes over the bandwidth of a 4 GiB read; this is what the
+        vendor's GEMV reaches on as many bytes in one call between events after the L2 flush (launch, tail and
+        the flush's write-backs included), the issue's "reads low-bit weights as fast as cuBLAS reads f16".
+        Low-bit decode points on a GPU only; one timing per (M, K, N') and job, shared by every kernel."""
+        if ctx.on_cpu or prec.kind == "dense" or point.M > READ_REF_MAX_M:
+            return None
+        n = read_ref_n(prec.weight_bytes(point.K, point.N), point.K)
+        key = (point.M, point.K, n)
+        cache = ctx.state.setdefault("read_ref", {})
+        if key not in cache:
+            g = torch.Generator(device="cuda").manual_seed(ctx.seed + 31 * point.K + n + point.M)
+            w = (torch.randn(point.K, n, generator=g, device="cuda") / point.K ** 0.5).half()
+            x = torch.randn(point.M, point.K, generator=g, device="cuda").half()
+            check_numerics(torch.matmul(x, w), x.double() @ w.double(), DEFAULT_TOL["f16"])
+            t = ctx.timer(lambda: torch.matmul(x, w))
+            del w, x
+            cache[key] = Metric("read_ref_ms", t.median_ms, "ms", t.p10_ms, t.p90_ms, t.n, t.sm_clock_mhz,
+                                f"cublas f16 x[{point.M},{point.K}] @ W[{point.K},{n}] (same weight bytes)")
+        return cache[key]
