@@ -131,6 +131,12 @@ def check_case(fmt, act, g, K, N, Ms, grid=None, seed=0):
     return out
 
 
+# other group sizes (format, activation, group, K): K = 1152 (a partial stage for the 256-k stages of u1 / u2), and
+# groups of 256 over two 128-k stages (u8: the regs kernel's sum of x carried across stages at M 9-16)
+GROUP_CASES = [("u4", "f16", 32, 1152), ("u2", "f16", 64, 1152), ("i5", "bf16", 96, 1152), ("u4", "f16", 8, 1152),
+               ("f8e5m2", "f16", 64, 1152), ("u1", "bf16", 32, 1152), ("u8", "f16", 256, 1280)]
+
+
 def correctness(quick: bool):
     cases = []
     fmts = ALL_FORMAT_NAMES if not quick else ["u1", "u2", "u3", "u4", "u8", "i4", "i8", "f3e1m1", "f4e2m1",
@@ -139,9 +145,8 @@ def correctness(quick: bool):
         for fmt in fmts:
             for g in (-1, 128):
                 cases += check_case(fmt, act, g, 1000 if g == -1 else 1024, 700, [1, 5, 16, 40], seed=len(cases))
-    for fmt, act, g in [("u4", "f16", 32), ("u2", "f16", 64), ("i5", "bf16", 96), ("u4", "f16", 8),
-                        ("f8e5m2", "f16", 64), ("u1", "bf16", 32), ("u8", "f16", 256)]:
-        cases += check_case(fmt, act, g, 1152, 600, [1, 9, 16], seed=len(cases))
+    for fmt, act, g, K in GROUP_CASES:
+        cases += check_case(fmt, act, g, K, 600, [1, 9, 16], seed=len(cases))
     for grid in (1, 3):
         cases += check_case("u4", "f16", 128, 2048, 1024, [1, 16], grid=grid)
         cases += check_case("f8e5m2", "f16", -1, 2048, 1024, [4, 12], grid=grid)

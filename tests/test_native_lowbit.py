@@ -591,3 +591,14 @@ def test_sass_main_loop_instruction_budget(tmp_path):
             assert s["ops"].get("LDL", 0) <= 3 and "STL" not in s["ops"], s["ops"]
         elif not (v == 2 and mt == 2):   # lean3 at M > 8 spills at its 80 registers (native/NOTES.md section 8)
             assert "LDL" not in s["ops"] and "STL" not in s["ops"], (rec, mt, v)
+
+
+def test_check_group_cases_are_valid_weights():
+    """Every extra group-size case of native.check is a weight the formats accept (a group that does not divide K
+    failed the H200 run of 0884d8f before any kernel ran)."""
+    from kernels.lowbit.formats import parse_format
+    from native.check import GROUP_CASES
+    for fmt, act, g, K in GROUP_CASES:
+        parse_format(fmt)
+        assert act in ("f16", "bf16") and K % g == 0, (fmt, g, K)
+    assert any(g > 128 for _, _, g, _ in GROUP_CASES)      # a group over two 128-k stages

@@ -95,8 +95,10 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
   constexpr int BITS = R::BITS, KSTEP = R::KSTEP, CHUNKS = KSTEP / KG, D = regs_depth(BITS, MT);
   constexpr bool XR = MT > 1;  // x through the ring (above)
   // MT = 2 with zero points: the sum of x per (row, group) is computed once per block-stage, by warp f % WARPS, into
-  // a per-slot array xsp of the ring (its segments: the stage's pieces of groups), instead of in every warp (below)
-  constexpr bool XZ = XR && R::ZERO && LOWBIT_REGS_XZ;
+  // a per-slot array xsp of the ring (its segments: the stage's pieces of groups), instead of in every warp (below).
+  // 128-k stages only (u3-u8): measured against every warp's own sum (native/NOTES.md section 25) u4 -1.8 to -2.4%,
+  // u8 within 0.5%, and the 256-k stages of u1 / u2 slower (u2 +2%, u1 +7 to +14%: one warp sums 8 chunks a stage)
+  constexpr bool XZ = XR && R::ZERO && LOWBIT_REGS_XZ && KSTEP == 128;
   constexpr int XS = regs_xslots(BITS, MT), XROW = xrow_bytes(KSTEP), XCH = KSTEP / 8;  // x ring; 16-byte chunks per row
   constexpr int XPT = 16 * XCH / THREADS;       // x chunks a thread copies per stage (1: KSTEP 128, 2: 256)
   static_assert(MT == 1 || (MT == 2 && XPT * THREADS == 16 * XCH), "one or two tiles; whole chunks per thread");
@@ -308,6 +310,10 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
   int cslot = 0;       // MT = 2: the ring slot of the stage computed next, and the parity of its use
   uint32_t cpar = 0;
 
+  // instrumented build: one wait -> compute -> wait pair per group of D stages (the loop's unroll), not per stage, so
+  // "wait" is the wait of a group's first stage (and of the first stage after an output) and the later stages' waits
+  // count as compute: two records per stage cost ~7% of a u4 stage's instructions (native/NOTES.md section 24)
+  bool rec_in = true;  // record wait -> compute at this stage: the first of a group, or the first after an output
   prof.enter(S_WAIT);
   for (int f0 = f_begin; f0 < f_end; f0 += D) {
 #pragma unroll
@@ -316,7 +322,10 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
       if (f >= f_end) break;
       cp_async_wait<D - 2>();  // this warp's scales of stage f (this lane's copies) ...
       __syncwarp();            // ... and every lane's; every lane is also done with the slot issued next
-      prof.next(S_WAIT, S_COMPUTE);
+      if (d == 0 || rec_in) {
+        prof.next(S_WAIT, S_COMPUTE);
+        rec_in = false;
+      }
       pin(lw);
       pin(ls);
       if (f + D - 1 < f_end) issue(wr[(d + D - 1) % D], (d + D - 1) % D);
@@ -421,7 +430,8 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
 
 #ifndef LOWBIT_SASS_STEADY  // (defined only by native/sass.py to count the steady-state loop)
       const bool piece_end = it == p.iters - 1 || f == f_end - 1;  // end of this block's piece of n-block nb
-      prof.record(piece_end ? instr::next_tag(S_COMPUTE, S_OUTPUT) : instr::next_tag(S_COMPUTE, S_WAIT));
+      if (piece_end || d == D - 1)
+        prof.record(piece_end ? instr::next_tag(S_COMPUTE, S_OUTPUT) : instr::next_tag(S_COMPUTE, S_WAIT));
       if (piece_end) {
         if (!((fmask >> (CHUNKS - 1)) & 1)) flush(ssm + sidx * SB);  // the last group is open: its partial sum
         const int n0 = nb * BN + warp * 32 + g;
@@ -466,9 +476,10 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
 #pragma unroll
             for (int e = 0; e < 4; ++e) total[nt][mt][e] = 0.f;
         prof.record(f == f_end - 1 ? instr::exit_tag(S_OUTPUT) : instr::next_tag(S_OUTPUT, S_WAIT));
+        rec_in = true;
       }
 #else
-      prof.next(S_COMPUTE, S_WAIT);
+      if (d == D - 1) prof.next(S_COMPUTE, S_WAIT);
 #endif
       if (++it == p.iters) {
         it = 0;
