@@ -44,7 +44,7 @@ def test_decode_targets_name_the_variant_and_its_limit():
     t16 = t[t["M"] == 16].set_index("weight_dtype")
     assert t16.loc["u4", "variant"] == "regs" and "issue-bound at two tiles" in t16.loc["u4", "why"]
     t = t[t["M"] == 1].set_index("weight_dtype")
-    assert t.loc["u4", "variant"] == "regs" and "streaming read" in t.loc["u4", "why"]
+    assert t.loc["u4", "variant"] == "regs" and "the loop (regs" in t.loc["u4", "why"]
     assert t.loc["i4", "variant"] == "bulk" and "loop stalls" in t.loc["i4", "why"]
     assert t.loc["u8", "variant"] == t.loc["u3", "variant"] == "base"   # chosen_config leaves base's name out
 
@@ -74,6 +74,8 @@ def test_decode_targets_same_bytes_cublas_pace():
     assert abs(t.loc["u4", "cuBLAS same bytes % of floor"] - 100 * 58.5 / ref_u4) < 1e-9
     assert t.loc["u4", "met"] == "no" and "reads as fast as cuBLAS" in t.loc["u4", "why"]
     assert t.loc["i4", "x cuBLAS pace"] < 0.9 and "reads as fast" not in t.loc["i4", "why"]
+    assert t.loc["i4", "why"].startswith("0.82x the pace of cuBLAS f16 on the same bytes")   # and its limit after it
+    assert "loop stalls" in t.loc["i4", "why"]
     old = [r for r in rows if r["metric"] != "read_ref_ms"]                # rows from before the reference
     t = decode_targets(pd.DataFrame(old))
     assert t["x cuBLAS pace"].isna().all() and not t["why"].str.contains("reads as fast").any()
@@ -88,3 +90,17 @@ def test_read_ref_shape_holds_the_same_bytes():
         n = read_ref_n(wb, K)
         assert n % 8 == 0 and abs(2 * K * n - wb) <= 8 * K          # within half a step of 8 columns
     assert read_ref_n(10, 4096) == 8                                 # never an empty weight
+
+
+def test_decode_summary_counts_from_the_table():
+    rows = []
+    for wt, nat, frac, ref in (("u8", 0.120, 0.93, 0.119), ("u2", 0.080, 0.40, 0.050)):
+        rows += [_rows("native", wt, 1, "latency_ms", nat), _rows("native", wt, 1, "roofline_frac", frac),
+                 _rows("native", wt, 1, "floor_ms", nat * frac), _rows("native", wt, 1, "read_ref_ms", ref),
+                 _rows("triton", wt, 1, "latency_ms", 0.100), _rows("tilus", wt, 1, "latency_ms", 0.150)]
+    from experiments.native_targets import decode_summary
+    s = decode_summary(pd.DataFrame(rows))
+    assert "met at 1 of 2 points" in s[0] and "93.0% (u8 M=1 (8192, 57344))" in s[0]
+    assert "at 1 of 2 points; behind at u8 M=1" in s[1]
+    assert "beyond the vendor's own reader at 1 of 2 points" in s[2] and "at 1 of 2 points (u8 M=1" in s[2]
+    assert decode_summary(pd.DataFrame([_rows("triton", "u4", 1, "latency_ms", 0.09)])) == []

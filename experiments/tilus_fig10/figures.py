@@ -133,6 +133,11 @@ def vs_earlier(df):
 
 @finding(experiment="tilus_fig10")
 def findings(df):
+    from experiments.native_targets import decode_summary
+    return _findings(df) + decode_summary(df)
+
+
+def _findings(df):
     d = speedups(df)
     out = []
     lat = d.pivot_table(index=["M", "K", "N", "weight_dtype"], columns="impl", values="value", aggfunc="median")

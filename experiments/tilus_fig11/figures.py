@@ -105,6 +105,11 @@ def vs_paper(df, paper_dir):
 
 @finding(experiment="tilus_fig11")
 def findings(df):
+    from experiments.native_targets import decode_summary
+    return _findings(df) + decode_summary(df)
+
+
+def _findings(df):
     d = speedups(df)
     out = []
     w = d.pivot_table(index="weight_dtype", columns="impl", values="value", aggfunc="median")
