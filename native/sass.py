@@ -30,9 +30,9 @@ def weights_per_lane(kstep: int) -> int:
 
 
 def regs_depth(bits: int, kstep: int, mt: int = 1) -> int:
-    """Register stages of the regs variant's ring (native/include/lowbit_regs.cuh regs_depth): ~48 words per lane;
-    2 for 2-bit codes at two tiles."""
-    return 2 if mt == 2 and bits == 2 else min(4, max(2, 48 // (kstep // LL.KG * bits)))
+    """Register stages of the regs variant's ring (native/include/lowbit_regs.cuh regs_depth): ~48 words per lane at
+    one tile, ~32 at two, 2 to 4 stages."""
+    return min(4, max(2, (32 if mt == 2 else 48) // (kstep // LL.KG * bits)))
 
 
 def _cuobjdump() -> str:

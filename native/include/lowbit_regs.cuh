@@ -40,21 +40,13 @@ constexpr int VREGS = 4;  // GemvParams::variant
 #define LOWBIT_REGS_XZ 1
 #endif
 
-// register stages of the ring: ~48 words in flight per lane (u1 4, u2 / u4 / i4 3, u8 / f6e3m2 2)
-__host__ __device__ constexpr int regs_depth_plain(int bits) {
-  return 48 / ((kstep_for(bits) / KG) * bits) < 2 ? 2
-         : 48 / ((kstep_for(bits) / KG) * bits) > 4 ? 4
-                                                    : 48 / ((kstep_for(bits) / KG) * bits);
-}
-// LOWBIT_REGS_MT2_DEPTH (A/B builds only; 0, the default, leaves it out): a ring of at most that many stages at MT = 2
-#ifndef LOWBIT_REGS_MT2_DEPTH
-#define LOWBIT_REGS_MT2_DEPTH 0
-#endif
-// at MT = 2 (twice the accumulators) 2 for u2, which spilled in the loop at 3
+// register stages of the ring: ~48 words in flight per lane at one tile (u1 4, u2 / u4 / i4 3, u8 / f6e3m2 2), ~32 at
+// two (twice the accumulators: u2 spilled in the loop at 3 stages, u4 at 3 spilled 16 bytes and ran 3.5-5.3% slower
+// than at 2, i4 -0.1 to +1.8%: native/NOTES.md section 25), never fewer than 2 nor more than 4
 __host__ __device__ constexpr int regs_depth(int bits, int mt = 1) {
-  return mt == 2 && LOWBIT_REGS_MT2_DEPTH > 0 && regs_depth_plain(bits) > LOWBIT_REGS_MT2_DEPTH ? LOWBIT_REGS_MT2_DEPTH
-         : mt == 2 && bits == 2                                                              ? 2
-                                                                                             : regs_depth_plain(bits);
+  return (mt == 2 ? 32 : 48) / ((kstep_for(bits) / KG) * bits) < 2   ? 2
+         : (mt == 2 ? 32 : 48) / ((kstep_for(bits) / KG) * bits) > 4 ? 4
+                                                                      : (mt == 2 ? 32 : 48) / ((kstep_for(bits) / KG) * bits);
 }
 
 // bytes of a padded x row in shared memory (64 bytes of pad: rows g, g + 1 in other banks, as xrow_bytes)
