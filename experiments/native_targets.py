@@ -60,8 +60,9 @@ def _limit(r) -> str:
     if bits(r["weight_dtype"]) <= 2:
         return "issue-bound: ~1.8-2.3 instructions per weight in the loop against a 1.25-2.2 budget"
     if r.get("variant") == "regs" and r["M"] > 8:   # two tiles: native/NOTES.md section 24
-        return ("issue-bound at two tiles (regs; ncu at (8192, 57344) M=16: u4 3.83 / i4 3.33 instructions issued per "
-                "weight at 0.57 / 0.61 per scheduler and cycle; a zero point's sum-of-x mma and fold add ~15%)")
+        return ("issue-bound at two tiles (regs; ncu at (8192, 57344) M=16, before the block's sum of x and the 2-stage "
+                "ring of section 25 took u4 from 116 to 110 us: u4 3.83 / i4 3.33 instructions issued per weight at 0.57 "
+                "/ 0.61 per scheduler and cycle)")
     if r.get("variant") == "regs":   # native/NOTES.md sections 23 and 25
         return ("the loop (regs; ncu at u4 M=1 (8192, 57344): DRAM 69% busy, 60% of issue slots, 1.2 eligible warps "
                 "per scheduler), not the flush: torch.sum of the same bytes (80.7 us) reads slower than cuBLAS")
