@@ -44,9 +44,8 @@ constexpr int VREGS = 4;  // GemvParams::variant
 // two (twice the accumulators: u2 spilled in the loop at 3 stages, u4 at 3 spilled 16 bytes and ran 3.5-5.3% slower
 // than at 2, i4 -0.1 to +1.8%: native/NOTES.md section 25), never fewer than 2 nor more than 4
 __host__ __device__ constexpr int regs_depth(int bits, int mt = 1) {
-  return (mt == 2 ? 32 : 48) / ((kstep_for(bits) / KG) * bits) < 2   ? 2
-         : (mt == 2 ? 32 : 48) / ((kstep_for(bits) / KG) * bits) > 4 ? 4
-                                                                      : (mt == 2 ? 32 : 48) / ((kstep_for(bits) / KG) * bits);
+  const int d = (mt == 2 ? 32 : 48) / ((kstep_for(bits) / KG) * bits);  // words in flight / words per lane and stage
+  return d < 2 ? 2 : d > 4 ? 4 : d;
 }
 
 // bytes of a padded x row in shared memory (64 bytes of pad: rows g, g + 1 in other banks, as xrow_bytes)
