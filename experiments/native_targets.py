@@ -145,6 +145,46 @@ def decode_summary(df: pd.DataFrame) -> list[str]:
     return out
 
 
+PACE_CAPTION = ("Issue 13, decode: each point's time against its floor (log-log). On the solid diagonal a kernel runs at "
+                "the floor, on the dashed line at the issue's 90% target (the dotted one: 75%, 1-2 bit). Filled "
+                "markers: the native kernel; open squares: cuBLAS f16 reading a weight of the same bytes in the same job, "
+                "joined to the native point of the same type and shape. Below the dashed line at no point, cuBLAS "
+                "included; native above its square reads slower than cuBLAS.")
+
+
+def pace_figure(df: pd.DataFrame, title: str):
+    """Time against the floor per decode point: the native kernel and the same-bytes cuBLAS reference (read_ref_ms)."""
+    import matplotlib.pyplot as plt
+    from harness.figures import impl_color
+    t = decode_targets(df)
+    if t.empty or t["cuBLAS same bytes us"].isna().all():
+        return None
+    t = t[t["cuBLAS same bytes us"].notna()]
+    fig, ax = plt.subplots(figsize=(7.2, 5.2))
+    lo, hi = t["floor us"].min() / 1.4, max(t["native us"].max(), t["cuBLAS same bytes us"].max()) * 1.4
+    ax.plot([lo, hi], [lo, hi], color="black", lw=1, label="floor")
+    ax.plot([lo, hi], [lo / 0.9, hi / 0.9], color="black", lw=1, ls="--", label="90% of the floor")
+    ax.plot([lo, hi], [lo / 0.75, hi / 0.75], color="black", lw=1, ls=":", label="75% (1-2 bit)")
+    colors = {1: impl_color("native"), 16: "#C44E52"}
+    for M, g in t.groupby("M"):
+        c = colors.get(int(M), "#55A868")
+        ax.vlines(g["floor us"], g["cuBLAS same bytes us"], g["native us"], color=c, lw=0.8, alpha=0.6)
+        ax.scatter(g["floor us"], g["native us"], color=c, s=28, zorder=3, label=f"native, M = {int(M)}")
+        ax.scatter(g["floor us"], g["cuBLAS same bytes us"], facecolor="none", edgecolor=c, marker="s", s=34,
+                   zorder=3, label=f"cuBLAS f16 on the same bytes, M = {int(M)}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("floor (us): bytes / measured HBM read bandwidth")
+    ax.set_ylabel("time per call (us), median")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
 # why the M >= 2048 target is missed where it is (native/NOTES.md sections 18-21): measured on the H200 at (8192, 57344)
 PREFILL_MISS = ("dequantize + cuBLAS runs back to back (cuBLAS fills every SM; the dequantize is ~0.34 ms, 12-14% of "
                 "cuBLAS at M = 2048); the fused wgmma kernel (lowbit_fused.cuh, TMA-fed, words hoisted) measured "

@@ -104,3 +104,16 @@ def test_decode_summary_counts_from_the_table():
     assert "at 1 of 2 points; behind at u8 M=1" in s[1]
     assert "beyond the vendor's own reader at 1 of 2 points" in s[2] and "at 1 of 2 points (u8 M=1" in s[2]
     assert decode_summary(pd.DataFrame([_rows("triton", "u4", 1, "latency_ms", 0.09)])) == []
+
+
+def test_pace_figure_draws_native_and_the_reference_or_nothing():
+    from experiments.native_targets import pace_figure
+    rows = []
+    for wt, M, nat, ref in (("u4", 1, 0.080, 0.073), ("u4", 16, 0.110, 0.073), ("u8", 1, 0.126, 0.127)):
+        rows += [_rows("native", wt, M, "latency_ms", nat), _rows("native", wt, M, "roofline_frac", 0.058 / nat),
+                 _rows("native", wt, M, "floor_ms", 0.058), _rows("native", wt, M, "read_ref_ms", ref)]
+    fig = pace_figure(pd.DataFrame(rows), "t")
+    ax = fig.axes[0]
+    ys = [sorted(o.get_offsets()[:, 1].round(1)) for o in ax.collections if type(o).__name__ == "PathCollection"]
+    assert ys == [[80.0, 126.0], [73.0, 127.0], [110.0], [73.0]]   # per M: native, then the same-bytes cuBLAS
+    assert pace_figure(pd.DataFrame([r for r in rows if r["metric"] != "read_ref_ms"]), "t") is None

@@ -6,6 +6,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from experiments.native_targets import PACE_CAPTION, pace_figure
 from experiments.speedup import paper_speedups, side_by_side, speedups
 from harness.figures import (comparison, figure, finding, impl_color, impl_label, listing, order_impls, paper_dir,
                              span, table, title_and_legend)
@@ -210,3 +211,8 @@ def _findings(df):
 def native_targets(df):
     from experiments.native_targets import decode_targets
     return decode_targets(df)
+
+
+@figure("tilus_fig10_native_pace", experiment="tilus_fig10", caption=PACE_CAPTION)
+def native_pace(df):
+    return pace_figure(df, "tilus_fig10 shapes (M = 1 and 16): native and same-bytes cuBLAS f16 against the floor")

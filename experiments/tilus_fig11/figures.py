@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.colors import LogNorm
 
+from experiments.native_targets import PACE_CAPTION, pace_figure
 from experiments.speedup import paper_speedups, side_by_side, speedups
 from harness.claims import FIG11_TYPES
 from harness.figures import comparison, figure, finding, impl_label, listing, order_impls, paper_dir, span, table
@@ -150,3 +151,8 @@ def _findings(df):
 def native_targets(df):
     from experiments.native_targets import decode_targets
     return decode_targets(df)
+
+
+@figure("tilus_fig11_native_pace", experiment="tilus_fig11", caption=PACE_CAPTION)
+def native_pace(df):
+    return pace_figure(df, "tilus_fig11 types (M = 16, 8192 x 57344): native and same-bytes cuBLAS f16 against the floor")
