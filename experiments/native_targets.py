@@ -148,8 +148,8 @@ def decode_summary(df: pd.DataFrame) -> list[str]:
 PACE_CAPTION = ("Issue 13, decode: each point's time against its floor (log-log). On the solid diagonal a kernel runs at "
                 "the floor, on the dashed line at the issue's 90% target (the dotted one: 75%, 1-2 bit). Filled "
                 "markers: the native kernel; open squares: cuBLAS f16 reading a weight of the same bytes in the same job, "
-                "joined to the native point of the same type and shape. Below the dashed line at no point, cuBLAS "
-                "included; native above its square reads slower than cuBLAS.")
+                "joined to the native point of the same type and shape: native above its square reads slower than "
+                "cuBLAS. How many points either reaches the target: the findings above.")
 
 
 def pace_figure(df: pd.DataFrame, title: str):

@@ -242,6 +242,34 @@ def merge(exp_dir: Path, only: list[Path] | None = None) -> Path:
     return out
 
 
+# what makes two rows the same point across code versions (the point_hash also covers the code, the timing recipe and
+# the environment): Point's axes, without `timing`
+POINT_KEY = ["experiment", "model", "model_layers", "workload", "phase", "batch", "seq_len", "layer", "M", "K", "N",
+             "weight_dtype", "act_dtype", "group_size", "impl", "profiler", "params"]
+
+
+def replace_points(results: Path, new: Path, where: str | None = None) -> tuple[int, int]:
+    """Fold another run's rows into a committed results.csv, a point at a time: every row of a point that `new`
+    measured (its rows that match the pandas query `where`, e.g. "M == 16", all by default) replaces every earlier
+    row of the same point, whatever code measured it (a re-measurement after a kernel changed).  Both files are
+    validated; returns (rows dropped, rows added)."""
+    results, new = Path(results), Path(new)
+    old_df, new_df = read_csv(results), read_csv(new)
+    if where:
+        try:
+            new_df = new_df.query(where, engine="python")
+        except Exception as e:  # noqa: BLE001 - a bad expression is the user's input
+            raise SchemaError(f"--where {where!r}: {e}") from e
+    key = lambda d: d[POINT_KEY].astype(str).agg("|".join, axis=1)  # noqa: E731
+    keep = old_df[~key(old_df).isin(set(key(new_df)))]
+    df = pd.concat([keep, new_df], ignore_index=True)
+    df = df.sort_values(["model", "layer", "impl", "weight_dtype", "M", "K", "N", "metric"], kind="stable")
+    tmp = results.with_suffix(".csv.tmp")
+    df.to_csv(tmp, index=False, columns=SCHEMA)
+    os.replace(tmp, results)
+    return len(old_df) - len(keep), len(new_df)
+
+
 def load_experiment_lenient(exp_dir: Path, warn=None) -> pd.DataFrame:
     """Like load_experiment, but a file that is not a valid results CSV is skipped with a one-line
     warning naming it (a broken CPU shard must not take the committed GPU results down with it)."""

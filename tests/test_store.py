@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import pandas as pd
+
 from harness.store import SCHEMA, SchemaError, ShardWriter, load_experiment, merge, read_csv
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -222,3 +224,30 @@ def test_shard_lock_is_held_before_the_shard_exists(tmp_path, monkeypatch):
     assert orphan_shards(tmp_path) == []
     w.close()
     assert orphan_shards(tmp_path) == [shard]
+
+
+def test_replace_points_folds_a_rerun_point_by_point(tmp_path):
+    """harness.merge --replace: every row of a point the new run measured replaces the point's earlier rows, whatever
+    code measured them; other points stay; a bad query or a file that is not a results CSV stops with one line."""
+    from harness.merge import main as merge_main
+    from harness.store import replace_points
+    base = dict.fromkeys(SCHEMA, "")
+    row = lambda M, metric, value, code: {**base, "experiment": "e", "M": M, "K": 64, "N": 64, "impl": "native",  # noqa: E731
+                                          "metric": metric, "value": value, "status": "ok", "point_hash": f"{code}{M}",
+                                          "code_version": code, "ts_utc": "2026-12-04T00:00:00+00:00"}
+    old = tmp_path / "results.csv"
+    pd.DataFrame([row(1, "latency_ms", 1.0, "a"), row(1, "floor_ms", 0.5, "a"), row(16, "latency_ms", 2.0, "a")]
+                 ).to_csv(old, index=False, columns=SCHEMA)
+    new = tmp_path / "new.csv"
+    pd.DataFrame([row(1, "latency_ms", 0.9, "b"), row(16, "latency_ms", 1.8, "b"), row(16, "read_ref_ms", 1.5, "b")]
+                 ).to_csv(new, index=False, columns=SCHEMA)
+    assert replace_points(old, new, where="M == 16") == (1, 2)
+    df = read_csv(old).set_index(["M", "metric"])["value"]
+    assert df.to_dict() == {(1, "latency_ms"): 1.0, (1, "floor_ms"): 0.5, (16, "latency_ms"): 1.8,
+                            (16, "read_ref_ms"): 1.5}
+    assert merge_main(["--replace", str(new), str(old)]) == 0            # M = 1 too: its floor_ms row goes with it
+    assert read_csv(old).set_index(["M", "metric"])["value"].to_dict() == {
+        (1, "latency_ms"): 0.9, (16, "latency_ms"): 1.8, (16, "read_ref_ms"): 1.5}
+    assert merge_main(["--replace", str(new), "--where", "M ==", str(old)]) == 2
+    assert merge_main(["--replace", str(tmp_path), str(old)]) == 2       # a folder, not a CSV
+    assert merge_main(["--where", "M == 1", str(old)]) == 2
