@@ -60,7 +60,7 @@ def loop_stats(recipes, tmp: Path | None = None) -> list:
         src = d / "sass_check.cu"
         src.write_text('#include "lowbit_launch.cuh"\n' + "".join(f"LOWBIT_DEFINE(rec_{r})\n" for r in recipes))
         cub = d / "sass_check.cubin"
-        subprocess.run([nvcc, build.GENCODE, *build.NVCC_FLAGS, "-DLOWBIT_SASS_STEADY", "-cubin", str(src), "-o",
+        subprocess.run([nvcc, build.GENCODE, *build.NVCC_FLAGS, *build._extra_flags(), "-DLOWBIT_SASS_STEADY", "-cubin", str(src), "-o",
                         str(cub)], check=True, capture_output=True, text=True)
         sass = subprocess.run([_cuobjdump(), "-sass", str(cub)], capture_output=True, text=True, check=True).stdout
     for f in re.split(r"\n\s*Function : ", sass)[1:]:
