@@ -39,21 +39,12 @@ constexpr int VREGS = 4;  // GemvParams::variant
 #ifndef LOWBIT_REGS_XZ
 #define LOWBIT_REGS_XZ 1
 #endif
-// A/B knob (native/NOTES.md section 26): MT = 1 builds of codes up to this many bits run 3 blocks per SM (80 registers)
-// with a ring of LOWBIT_REGS_B3_WORDS words per lane; 0: none (2 blocks per SM, ~48 words)
-#ifndef LOWBIT_REGS_B3_BITS
-#define LOWBIT_REGS_B3_BITS 0
-#endif
-#ifndef LOWBIT_REGS_B3_WORDS
-#define LOWBIT_REGS_B3_WORDS 16
-#endif
 
 // register stages of the ring: ~48 words in flight per lane at one tile (u1 4, u2 / u4 / i4 3, u8 / f6e3m2 2), ~32 at
 // two (twice the accumulators: u2 spilled in the loop at 3 stages, u4 at 3 spilled 16 bytes and ran 3.5-5.3% slower
 // than at 2, i4 -0.1 to +1.8%: native/NOTES.md section 25), never fewer than 2 nor more than 4
 __host__ __device__ constexpr int regs_depth(int bits, int mt = 1) {
-  const int words = mt == 2 ? 32 : bits <= LOWBIT_REGS_B3_BITS ? LOWBIT_REGS_B3_WORDS : 48;  // in flight per lane
-  const int d = words / ((kstep_for(bits) / KG) * bits);  // ... / words per lane and stage
+  const int d = (mt == 2 ? 32 : 48) / ((kstep_for(bits) / KG) * bits);  // words in flight / words per lane and stage
   return d < 2 ? 2 : d > 4 ? 4 : d;
 }
 
@@ -96,9 +87,7 @@ __device__ __forceinline__ void ldg_stream16(uint32_t *r, const void *ptr) {
 
 // blocks per SM the build is compiled for: 2 (128 registers), but 1 for 7-8 bit codes with zero points at MT = 2
 // (they spilled at 128)
-__host__ __device__ constexpr int regs_min_blocks(int bits, bool zero, int mt) {
-  return mt == 2 && zero && bits >= 7 ? 1 : mt == 1 && bits <= LOWBIT_REGS_B3_BITS ? 3 : 2;
-}
+__host__ __device__ constexpr int regs_min_blocks(int bits, bool zero, int mt) { return mt == 2 && zero && bits >= 7 ? 1 : 2; }
 
 template <class R, int MT, bool PROF, int PM = INSTR_MODE_STAGED>
 __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)) lowbit_regs_kernel(const __grid_constant__ GemvParams p) {
