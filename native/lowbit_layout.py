@@ -577,6 +577,17 @@ def stage_table(L: Layout, flush_each_stage: bool = False) -> torch.Tensor:
     return torch.tensor(out, dtype=torch.int32)
 
 
+def regs_fc(kstep: int, K: int, group: int) -> int:
+    """The regs decode build a launch runs (mirror of lowbit_regs.cuh regs_fc): the stage's chunks where every group
+    ends with a stage (K whole stages, groups a multiple of the stage or one per channel: group = K), 4 for groups of
+    128 k in 256-k stages (K whole stages), else 0 (the group ends read from the stage table at run time)."""
+    if K % kstep or group <= 0 or K % group:
+        return 0
+    if group % kstep == 0:
+        return kstep // KG
+    return 4 if kstep % group == 0 and group == 4 * KG else 0
+
+
 def stage_slots(table: torch.Tensor) -> int:
     """Scale groups to stage per warp: the most any stage touches."""
     return int(((table >> 16) & 0xF).max())

@@ -67,16 +67,19 @@ def loop_stats(recipes, tmp: Path | None = None) -> list:
         name = f.split("\n")[0]
         m = re.search(r"lowbit_gemv_kernelINS_\d+rec_(\w+?)ELi(\d)ELb([01])ELb([01])ELb([01])E(?:Li(\d)E)?(?:Li(\d)E)?",
                       name)
-        r = re.search(r"lowbit_regs_kernelINS_\d+rec_(\w+?)ELi(\d)ELb([01])ELi(\d)E", name)   # regs: f16 out
+        # regs: f16 out; the last template argument FC (lowbit_regs.cuh group_ends: 0 = the stage's group ends read at
+        # run time, else known at compile time)
+        r = re.search(r"lowbit_regs_kernelINS_\d+rec_(\w+?)ELi(\d)ELb([01])ELi(\d)ELi(\d)E", name)
         if m:
             rec, stages = recs[m.group(1)], 1
             s = {"mt": int(m.group(2)), "out_bf16": m.group(3) == "1", "xsplit": m.group(4) == "1",
-                 "prof": m.group(5) == "1", "variant": int(m.group(6) or 0), "prof_mode": int(m.group(7) or 1)}
+                 "prof": m.group(5) == "1", "variant": int(m.group(6) or 0), "prof_mode": int(m.group(7) or 1),
+                 "fc": 0}
         elif r:   # its loop is unrolled by the register ring's depth: that many stages per iteration
             rec = recs[r.group(1)]
             stages = regs_depth(rec.bits, rec.kstep, int(r.group(2)))
             s = {"mt": int(r.group(2)), "out_bf16": False, "xsplit": False, "prof": r.group(3) == "1",
-                 "variant": lowbit.REGS, "prof_mode": int(r.group(4))}
+                 "variant": lowbit.REGS, "prof_mode": int(r.group(4)), "fc": int(r.group(5))}
         else:
             continue
         body = main_loop(f)
@@ -85,7 +88,8 @@ def loop_stats(recipes, tmp: Path | None = None) -> list:
                     "weights_per_lane": wpl, "per_weight": len(body) / wpl,
                     "dequant_per_weight": rec.cost()["per_weight"],
                     "ops": dict(collections.Counter(body).most_common())})
-    return sorted(out, key=lambda s: (s["recipe"], s["mt"], s["xsplit"], s["prof"], s["variant"], s["prof_mode"]))
+    return sorted(out, key=lambda s: (s["recipe"], s["mt"], s["xsplit"], s["prof"], s["variant"], s["prof_mode"],
+                                      s["fc"]))
 
 
 def main(argv=None):
@@ -99,7 +103,7 @@ def main(argv=None):
             continue
         prof = (" prof" + (" warp0" if s["prof_mode"] == 2 else "")) if s["prof"] else ""
         tag = (f"{s['recipe']} mt{s['mt']}{' xsplit' if s['xsplit'] else ''}{prof}"
-               f"{' v' + str(s['variant']) if s['variant'] else ''}")
+               f"{' v' + str(s['variant']) if s['variant'] else ''}{' fc' + str(s['fc']) if s['fc'] else ''}")
         print(f"{tag}: {s['instructions']} instructions per loop ({s['stages_per_loop']} stages) / "
               f"{s['weights_per_lane']} weights per lane = "
               f"{s['per_weight']:.2f} per weight (dequantization {s['dequant_per_weight']:.2f})")

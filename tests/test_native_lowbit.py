@@ -560,8 +560,8 @@ def test_sass_main_loop_instruction_budget(tmp_path):
     if _cuobjdump() is None:
         pytest.skip("no cuobjdump")
     from native.sass import loop_stats
-    st = {(s["recipe"], s["mt"], s["variant"]): s for s in loop_stats(["f16_u4", "f16_u1"], tmp_path)
-          if not s["prof"]}
+    stats = loop_stats(["f16_u4", "f16_u1"], tmp_path)
+    st = {(s["recipe"], s["mt"], s["variant"]): s for s in stats if not s["prof"] and s["fc"] == 0}
     assert st[("f16_u4", 1, 0)]["per_weight"] < 2.8 and st[("f16_u4", 2, 0)]["per_weight"] < 3.3
     assert st[("f16_u1", 1, 0)]["per_weight"] < 2.1
     # the lean variant (1): the per-stage loader / B-fragment overhead cut (native/NOTES.md section 8)
@@ -586,10 +586,48 @@ def test_sass_main_loop_instruction_budget(tmp_path):
         ops = st[("f16_u4", mt, 3)]["ops"]
         assert ops.get("UBLKCP", 0) >= 1 and ops.get("SYNCS", 0) >= 2, ops
         assert ops.get("LDGSTS", 0) < st[("f16_u4", mt, 1)]["ops"]["LDGSTS"]
+    # the builds with the stage's group ends compiled in (lowbit_regs.cuh regs_fc): u4 FC 4 at both tiles, u1 4 and 8
+    # at one tile and 8 at two (4 spilled there), none spilling; the steady loop (LOWBIT_SASS_STEADY: one group per
+    # stage, its end known) is the same code with the ends compiled in (FC = the stage's chunks) as without
+    fcs = {(s["recipe"], s["mt"], s["fc"]): s for s in stats if s["variant"] == 4 and not s["prof"]}
+    assert set(fcs) == {("f16_u4", 1, 0), ("f16_u4", 1, 4), ("f16_u4", 2, 0), ("f16_u4", 2, 4), ("f16_u1", 1, 0),
+                        ("f16_u1", 1, 4), ("f16_u1", 1, 8), ("f16_u1", 2, 0), ("f16_u1", 2, 8)}, set(fcs)
+    for (rec, mt, fc), s in fcs.items():
+        assert "LDL" not in s["ops"] and "STL" not in s["ops"], (rec, mt, fc)
+        if fc * LL.KG == (128 if rec == "f16_u4" else 256):
+            assert s["instructions"] == fcs[(rec, mt, 0)]["instructions"], (rec, mt, fc)
     for (rec, mt, v), s in st.items():
         assert s["ops"].get("HMMA", 0) > 0
         if not (v == 2 and mt == 2):   # lean3 at M > 8 spills at its 80 registers (native/NOTES.md section 8)
             assert "LDL" not in s["ops"] and "STL" not in s["ops"], (rec, mt, v)
+
+
+def test_regs_fc_agrees_with_the_stage_table():
+    """Where the regs launcher runs a build with the group ends compiled in (lowbit_regs.cuh regs_fc, mirrored by
+    lowbit_layout.regs_fc), every stage's flush mask is what that build assumes: FC < chunks, a group ends with every
+    FC-th chunk; FC = chunks, at most with the stage's last chunk (read from the table); with or without the flush of
+    every stage (Recipe.bias), for groups that do and do not fit the stage, per channel, and K not a whole number of
+    stages (0: the table read at run time)."""
+    seen = set()
+    for kstep in (128, 256):
+        chunks = kstep // LL.KG
+        for K in (1024, 1152, 1280, 4096, 8192, 28672, 1056):
+            for g in (32, 64, 128, 256, 512, -1):
+                if g != -1 and (K % g or g > K):
+                    continue
+                L = LL.Layout.of(K, 256, g, kstep)
+                fc = LL.regs_fc(kstep, K, K if L.per_channel else g)
+                seen.add((kstep, fc))
+                for each in (False, True):
+                    masks = [(int(v) >> 20) & 0xFF for v in LL.stage_table(L, each)]
+                    if fc and fc < chunks:
+                        want = sum(1 << q for q in range(fc - 1, chunks, fc))
+                        assert all(m == want for m in masks), (kstep, K, g, each, masks)
+                    elif fc == chunks:
+                        assert all(m & ~(1 << (chunks - 1)) == 0 for m in masks), (kstep, K, g, each, masks)
+                if K % kstep:
+                    assert fc == 0
+    assert seen >= {(128, 0), (128, 4), (256, 0), (256, 4), (256, 8)}
 
 
 def test_check_group_cases_are_valid_weights():

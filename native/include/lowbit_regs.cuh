@@ -40,6 +40,12 @@ constexpr int VREGS = 4;  // GemvParams::variant
 #define LOWBIT_REGS_XZ 1
 #endif
 
+// 0: every launch reads its stage's group ends from the stage table at run time (FC = 0, the A/B build of native/NOTES.md
+// section 27); 1: a launch whose layout puts them in the same chunks of every stage runs the build that knows them (regs_fc)
+#ifndef LOWBIT_REGS_FC
+#define LOWBIT_REGS_FC 1
+#endif
+
 // register stages of the ring: ~48 words in flight per lane at one tile (u1 4, u2 / u4 / i4 3, u8 / f6e3m2 2), ~32 at
 // two (twice the accumulators: u2 spilled in the loop at 3 stages, u4 at 3 spilled 16 bytes and ran 3.5-5.3% slower
 // than at 2, i4 -0.1 to +1.8%: native/NOTES.md section 25), never fewer than 2 nor more than 4
@@ -85,11 +91,30 @@ __device__ __forceinline__ void ldg_stream16(uint32_t *r, const void *ptr) {
                : "l"(ptr));
 }
 
+// The stage's group ends, known at compile time where the layout makes them the same in every stage (regs_fc): FC = 0
+// reads them from the stage table at run time (fmask bit kg: a group ends with chunk kg); FC < CHUNKS: a group ends
+// with every FC-th chunk of every stage (groups of 32 FC k dividing the stage, K a multiple of the stage); FC = CHUNKS:
+// a group can end only with a stage's last chunk (groups a multiple of the stage, or one per channel), read from the table
+template <int FC, int CHUNKS>
+__device__ __forceinline__ bool group_ends(int kg, uint32_t fmask) {
+  if constexpr (FC == 0) return (fmask >> kg) & 1;
+  else if constexpr (FC < CHUNKS) return (kg + 1) % FC == 0;
+  else return kg == CHUNKS - 1 && ((fmask >> kg) & 1);
+}
+// the FC a launch can use (the instantiations built: 0, 4 and the stage's chunks): K whole stages and groups of
+// `group` k (K for one group per channel) that divide the stage or are a multiple of it; 0 otherwise
+__host__ __device__ constexpr int regs_fc(int kstep, int K, int iters, int group) {
+  return iters * kstep != K || group <= 0 || K % group ? 0
+         : group % kstep == 0                          ? kstep / KG
+         : kstep % group == 0 && group == 4 * KG       ? 4
+                                                       : 0;
+}
+
 // blocks per SM the build is compiled for: 2 (128 registers), but 1 for 7-8 bit codes with zero points at MT = 2
 // (they spilled at 128)
 __host__ __device__ constexpr int regs_min_blocks(int bits, bool zero, int mt) { return mt == 2 && zero && bits >= 7 ? 1 : 2; }
 
-template <class R, int MT, bool PROF, int PM = INSTR_MODE_STAGED>
+template <class R, int MT, bool PROF, int PM = INSTR_MODE_STAGED, int FC = 0>
 __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)) lowbit_regs_kernel(const __grid_constant__ GemvParams p) {
   constexpr int BITS = R::BITS, KSTEP = R::KSTEP, CHUNKS = KSTEP / KG, D = regs_depth(BITS, MT);
   constexpr bool XR = MT > 1;  // x through the ring (above)
@@ -106,6 +131,8 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
   constexpr int SCP = (8 * SB / 16 + 31) / 32;  // scale chunks a lane may copy (<= 8 groups per stage)
   constexpr int WSTRIDE = WARPS * 32 * VEC;     // uint4 per flat stage
   static_assert(!R::BF16 && KSTEP == kstep_for(BITS) && (CHUNKS * BITS) % 4 == 0, "f16 recipes, the layout");
+  static_assert(FC == 0 || (FC <= CHUNKS && CHUNKS % (FC ? FC : 1) == 0), "group ends: run time, or every FC-th chunk");
+  auto gend = [](int kg, uint32_t fm) { return group_ends<FC, CHUNKS>(kg, fm); };
   extern __shared__ __align__(16) uint8_t smem[];
 
   instr::FlatProfiler<PROF, PM> prof;
@@ -354,7 +381,7 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
               mma16816<false>(xq[mt], one, one, one, one, q.x, q.y);
               mma16816<false>(xq[mt], one, one, one, one, q.z, q.w);
             }
-            if (((fmask >> kg) & 1) || kg == CHUNKS - 1) {  // a segment ends: lanes of row 0 store its sums
+            if (gend(kg, fmask) || kg == CHUNKS - 1) {  // a segment ends: lanes of row 0 store its sums
               if (g == 0)
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
@@ -395,7 +422,7 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) mma16816<false>(xs[mt], one, one, one, one, bx[mt][2 * r], bx[mt][2 * r + 1]);
         }
-        if ((fmask >> kg) & 1) {
+        if (gend(kg, fmask)) {
           if (!XZ || kg < CHUNKS - 1) {  // XZ: a group that ends with the stage is folded after the loop
             flush(ssm + sidx * SB, !XZ);
             ++sidx;
@@ -407,13 +434,13 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
         int j = 0;
 #pragma unroll
         for (int kg = 0; kg < CHUNKS - 1; ++kg)
-          if ((fmask >> kg) & 1) {
+          if (gend(kg, fmask)) {
             xs_add(cslot, j);
             zfold(ssm + j * SB);
             ++j;
           }
         xs_add(cslot, j);  // the last segment: a group's end (folded whole here) or an open group's piece (carried)
-        if ((fmask >> (CHUNKS - 1)) & 1) {
+        if (gend(CHUNKS - 1, fmask)) {
           flush(ssm + sidx * SB);
           ++sidx;
         }
@@ -432,7 +459,7 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
       if (piece_end || d == D - 1)
         prof.record(piece_end ? instr::next_tag(S_COMPUTE, S_OUTPUT) : instr::next_tag(S_COMPUTE, S_WAIT));
       if (piece_end) {
-        if (!((fmask >> (CHUNKS - 1)) & 1)) flush(ssm + sidx * SB);  // the last group is open: its partial sum
+        if (!gend(CHUNKS - 1, fmask)) flush(ssm + sidx * SB);  // the last group is open: its partial sum
         const int n0 = nb * BN + warp * 32 + g;
         const bool whole = seg_start == 0 && it == p.iters - 1;
 #pragma unroll
