@@ -577,8 +577,8 @@ def stage_table(L: Layout, flush_each_stage: bool = False) -> torch.Tensor:
     return torch.tensor(out, dtype=torch.int32)
 
 
-def regs_fc(kstep: int, K: int, group: int) -> int:
-    """The regs decode build a launch runs (mirror of lowbit_regs.cuh regs_fc): the stage's chunks where every group
+def decode_fc(kstep: int, K: int, group: int) -> int:
+    """The decode build a launch runs (mirror of lowbit_kernel.cuh decode_fc): the stage's chunks where every group
     ends with a stage (K whole stages, groups a multiple of the stage or one per channel: group = K), 4 for groups of
     128 k in 256-k stages (K whole stages), else 0 (the group ends read from the stage table at run time)."""
     if K % kstep or group <= 0 or K % group:

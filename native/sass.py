@@ -65,16 +65,16 @@ def loop_stats(recipes, tmp: Path | None = None) -> list:
         sass = subprocess.run([_cuobjdump(), "-sass", str(cub)], capture_output=True, text=True, check=True).stdout
     for f in re.split(r"\n\s*Function : ", sass)[1:]:
         name = f.split("\n")[0]
-        m = re.search(r"lowbit_gemv_kernelINS_\d+rec_(\w+?)ELi(\d)ELb([01])ELb([01])ELb([01])E(?:Li(\d)E)?(?:Li(\d)E)?",
-                      name)
-        # regs: f16 out; the last template argument FC (lowbit_regs.cuh group_ends: 0 = the stage's group ends read at
-        # run time, else known at compile time)
+        m = re.search(r"lowbit_gemv_kernelINS_\d+rec_(\w+?)ELi(\d)ELb([01])ELb([01])ELb([01])E(?:Li(\d)E)?(?:Li(\d)E)?"
+                      r"(?:Li(\d)E)?", name)
+        # regs: f16 out; the last template argument of both kernels is FC (lowbit_kernel.cuh group_ends: 0 = the
+        # stage's group ends read at run time, else known at compile time)
         r = re.search(r"lowbit_regs_kernelINS_\d+rec_(\w+?)ELi(\d)ELb([01])ELi(\d)ELi(\d)E", name)
         if m:
             rec, stages = recs[m.group(1)], 1
             s = {"mt": int(m.group(2)), "out_bf16": m.group(3) == "1", "xsplit": m.group(4) == "1",
                  "prof": m.group(5) == "1", "variant": int(m.group(6) or 0), "prof_mode": int(m.group(7) or 1),
-                 "fc": 0}
+                 "fc": int(m.group(8) or 0)}
         elif r:   # its loop is unrolled by the register ring's depth: that many stages per iteration
             rec = recs[r.group(1)]
             stages = regs_depth(rec.bits, rec.kstep, int(r.group(2)))

@@ -586,7 +586,7 @@ def test_sass_main_loop_instruction_budget(tmp_path):
         ops = st[("f16_u4", mt, 3)]["ops"]
         assert ops.get("UBLKCP", 0) >= 1 and ops.get("SYNCS", 0) >= 2, ops
         assert ops.get("LDGSTS", 0) < st[("f16_u4", mt, 1)]["ops"]["LDGSTS"]
-    # the builds with the stage's group ends compiled in (lowbit_regs.cuh regs_fc): u4 FC 4 at both tiles, u1 4 and 8
+    # the builds with the stage's group ends compiled in (lowbit_kernel.cuh decode_fc): u4 FC 4 at both tiles, u1 4 and 8
     # at one tile and 8 at two (4 spilled there), none spilling; the steady loop (LOWBIT_SASS_STEADY: one group per
     # stage, its end known) is the same code with the ends compiled in (FC = the stage's chunks) as without
     fcs = {(s["recipe"], s["mt"], s["fc"]): s for s in stats if s["variant"] == 4 and not s["prof"]}
@@ -602,9 +602,9 @@ def test_sass_main_loop_instruction_budget(tmp_path):
             assert "LDL" not in s["ops"] and "STL" not in s["ops"], (rec, mt, v)
 
 
-def test_regs_fc_agrees_with_the_stage_table():
-    """Where the regs launcher runs a build with the group ends compiled in (lowbit_regs.cuh regs_fc, mirrored by
-    lowbit_layout.regs_fc), every stage's flush mask is what that build assumes: FC < chunks, a group ends with every
+def test_decode_fc_agrees_with_the_stage_table():
+    """Where a decode launcher runs a build with the group ends compiled in (lowbit_kernel.cuh decode_fc, mirrored by
+    lowbit_layout.decode_fc), every stage's flush mask is what that build assumes: FC < chunks, a group ends with every
     FC-th chunk; FC = chunks, at most with the stage's last chunk (read from the table); with or without the flush of
     every stage (Recipe.bias), for groups that do and do not fit the stage, per channel, and K not a whole number of
     stages (0: the table read at run time)."""
@@ -616,7 +616,7 @@ def test_regs_fc_agrees_with_the_stage_table():
                 if g != -1 and (K % g or g > K):
                     continue
                 L = LL.Layout.of(K, 256, g, kstep)
-                fc = LL.regs_fc(kstep, K, K if L.per_channel else g)
+                fc = LL.decode_fc(kstep, K, K if L.per_channel else g)
                 seen.add((kstep, fc))
                 for each in (False, True):
                     masks = [(int(v) >> 20) & 0xFF for v in LL.stage_table(L, each)]

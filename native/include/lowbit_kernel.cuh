@@ -68,9 +68,38 @@ __host__ inline int gemv_smem_bytes(int bits, bool zero, int MX, int slots, int 
 // R: recipe; MT: m16n8 tiles (8 rows each); OB: output / scale dtype is bf16; XS: x split (rows m and
 // m + M of x are the bf16 hi / lo parts of f16 activation row m); PROF: in-kernel instrumentation;
 // V: variant (above)
-template <class R, int MT, bool OB, bool XS, bool PROF, int V = 0, int PM = INSTR_MODE_STAGED>
+// 0: the base / lean / lean3 / bulk decode launches read their stage's group ends from the stage table at run time (FC = 0,
+// the A/B build of native/NOTES.md section 28); 1: f16-out launches without x split whose layout puts them in the same
+// chunks of every stage run the build that knows them (decode_fc)
+#ifndef LOWBIT_GEMV_FC
+#define LOWBIT_GEMV_FC 1
+#endif
+
+// The stage's group ends, known at compile time where the layout makes them the same in every stage (decode_fc): FC = 0
+// reads them from the stage table at run time (fmask bit kg: a group ends with chunk kg); FC < CHUNKS: a group ends
+// with every FC-th chunk of every stage (groups of 32 FC k dividing the stage, K a multiple of the stage); FC = CHUNKS:
+// a group can end only with a stage's last chunk (groups a multiple of the stage, or one per channel), read from the table
+template <int FC, int CHUNKS>
+__device__ __forceinline__ bool group_ends(int kg, uint32_t fmask) {
+  if constexpr (FC == 0) return (fmask >> kg) & 1;
+  else if constexpr (FC < CHUNKS) return (kg + 1) % FC == 0;
+  else return kg == CHUNKS - 1 && ((fmask >> kg) & 1);
+}
+// the FC a decode launch can use (the instantiations built: 0, 4 and the stage's chunks; native/NOTES.md section 27):
+// K whole stages and groups of `group` k (K for one group per channel) that are a multiple of the stage, or 128-k
+// groups (in 256-k stages); 0 otherwise
+__host__ __device__ constexpr int decode_fc(int kstep, int K, int iters, int group) {
+  return iters * kstep != K || group <= 0 || K % group ? 0
+         : group % kstep == 0                          ? kstep / KG
+         : kstep % group == 0 && group == 4 * KG       ? 4
+                                                       : 0;
+}
+
+template <class R, int MT, bool OB, bool XS, bool PROF, int V = 0, int PM = INSTR_MODE_STAGED, int FC = 0>
 __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel(const __grid_constant__ GemvParams p) {
   constexpr int BITS = R::BITS, KSTEP = R::KSTEP, CHUNKS = KSTEP / KG, S = variant_stages(BITS, V);
+  static_assert(FC == 0 || (FC <= CHUNKS && CHUNKS % (FC ? FC : 1) == 0), "group ends: run time, or every FC-th chunk");
+  auto gend = [](int kg, uint32_t fm) { return group_ends<FC, CHUNKS>(kg, fm); };
   constexpr int VEC = CHUNKS * BITS / 4;            // 16-byte vectors of words per lane per stage
   constexpr int XROW = xrow_bytes(KSTEP), XCH = KSTEP / 8;  // x: bytes per staged row, 16-byte chunks per row
   constexpr int XPT = (MT * 8 * XCH + THREADS - 1) / THREADS;  // x chunks a thread may copy
@@ -393,7 +422,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
           for (int mt = 0; mt < MT; ++mt) mma16816<WB>(xs[mt], one, one, one, one, bx[mt][2 * r], bx[mt][2 * r + 1]);
         }
       }
-      if ((fmask >> kg) & 1) {
+      if (gend(kg, fmask)) {
         flush(ssm + sidx * SB);
         ++sidx;
       }
@@ -403,7 +432,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
     const bool piece_end = it == p.iters - 1 || f == f_end - 1;  // end of this block's piece of n-block nb
     prof.record(piece_end ? instr::next_tag(S_COMPUTE, S_OUTPUT) : instr::next_tag(S_COMPUTE, S_WAIT));
     if (piece_end) {
-      if (!((fmask >> (CHUNKS - 1)) & 1)) flush(ssm + sidx * SB);  // the last group is open: its partial sum
+      if (!gend(CHUNKS - 1, fmask)) flush(ssm + sidx * SB);  // the last group is open: its partial sum
       const int n0 = nb * BN + warp * 32 + g;
       if (!XS && seg_start == 0 && it == p.iters - 1) {  // the whole n-block: store y directly
 #pragma unroll

@@ -50,24 +50,34 @@ int launch_decode(Kern k, int smem, LaunchCache &c, const GemvParams &p, int sms
   return (int)cudaGetLastError();
 }
 
+// The build that knows the stage's group ends at compile time (decode_fc, as launch_regs below) for f16 out without x
+// split, else the one that reads them from the stage table
 template <class R, int MT, bool OB, bool XS, bool PROF, int V = 0, int PM = INSTR_MODE_STAGED>
 int launch_gemv(const GemvParams &p, int sms, cudaStream_t s, int grid, int *grid_used, bool dry) {
-  static LaunchCache c;
-  return launch_decode<R>(lowbit_gemv_kernel<R, MT, OB, XS, PROF, V, PM>,
-                          gemv_smem_bytes(R::BITS, R::ZERO, staged_rows(p.MX, MT, V), p.slots, p.iters, V), c, p,
-                          sms, s, grid, grid_used, dry);
+  constexpr int C = R::KSTEP / KG;
+  static LaunchCache c[3];
+  const int smem = gemv_smem_bytes(R::BITS, R::ZERO, staged_rows(p.MX, MT, V), p.slots, p.iters, V);
+  if constexpr (LOWBIT_GEMV_FC && !OB && !XS) {
+    const int fc = decode_fc(R::KSTEP, p.K, p.iters, p.ngroups > 0 ? p.K / p.ngroups : 0);
+    if (fc == C)
+      return launch_decode<R>(lowbit_gemv_kernel<R, MT, OB, XS, PROF, V, PM, C>, smem, c[1], p, sms, s, grid, grid_used, dry);
+    if constexpr (C > 4 && MT == 1)
+      if (fc == 4)
+        return launch_decode<R>(lowbit_gemv_kernel<R, MT, OB, XS, PROF, V, PM, 4>, smem, c[2], p, sms, s, grid, grid_used, dry);
+  }
+  return launch_decode<R>(lowbit_gemv_kernel<R, MT, OB, XS, PROF, V, PM, 0>, smem, c[0], p, sms, s, grid, grid_used, dry);
 }
 
 // variant 4 (lowbit_regs.cuh): MT = 1, 2, f16 out, no x split; at MT = 1 x whole in shared memory, so the grid
 // query fails (and the variant is not a candidate) where MX rows of the padded K do not fit. The build that knows the
-// stage's group ends at compile time (regs_fc: FC = the stage's chunks, or 4 for 128-k groups in 256-k stages) where
+// stage's group ends at compile time (decode_fc: FC = the stage's chunks, or 4 for 128-k groups in 256-k stages) where
 // the layout allows it, else the one that reads them from the stage table
 template <class R, int MT, bool PROF, int PM = INSTR_MODE_STAGED>
 int launch_regs(const GemvParams &p, int sms, cudaStream_t s, int grid, int *grid_used, bool dry) {
   constexpr int C = R::KSTEP / KG;
   static LaunchCache c[3];
   const int smem = regs_smem_bytes(R::BITS, R::ZERO, p.MX, p.slots, p.iters, MT);
-  const int fc = LOWBIT_REGS_FC ? regs_fc(R::KSTEP, p.K, p.iters, p.ngroups > 0 ? p.K / p.ngroups : 0) : 0;
+  const int fc = LOWBIT_REGS_FC ? decode_fc(R::KSTEP, p.K, p.iters, p.ngroups > 0 ? p.K / p.ngroups : 0) : 0;
   if constexpr (LOWBIT_REGS_FC) {
     if (fc == C) return launch_decode<R>(lowbit_regs_kernel<R, MT, PROF, PM, C>, smem, c[1], p, sms, s, grid, grid_used, dry);
     if constexpr (C > 4 && MT == 1)  // (at two tiles the 256-k stages' two folds spilled: u1 72 bytes, u2 20)

@@ -41,7 +41,7 @@ constexpr int VREGS = 4;  // GemvParams::variant
 #endif
 
 // 0: every launch reads its stage's group ends from the stage table at run time (FC = 0, the A/B build of native/NOTES.md
-// section 27); 1: a launch whose layout puts them in the same chunks of every stage runs the build that knows them (regs_fc)
+// section 27); 1: a launch whose layout puts them in the same chunks of every stage runs the build that knows them (decode_fc, lowbit_kernel.cuh)
 #ifndef LOWBIT_REGS_FC
 #define LOWBIT_REGS_FC 1
 #endif
@@ -89,25 +89,6 @@ __device__ __forceinline__ void ldg_stream16(uint32_t *r, const void *ptr) {
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "l"(ptr));
-}
-
-// The stage's group ends, known at compile time where the layout makes them the same in every stage (regs_fc): FC = 0
-// reads them from the stage table at run time (fmask bit kg: a group ends with chunk kg); FC < CHUNKS: a group ends
-// with every FC-th chunk of every stage (groups of 32 FC k dividing the stage, K a multiple of the stage); FC = CHUNKS:
-// a group can end only with a stage's last chunk (groups a multiple of the stage, or one per channel), read from the table
-template <int FC, int CHUNKS>
-__device__ __forceinline__ bool group_ends(int kg, uint32_t fmask) {
-  if constexpr (FC == 0) return (fmask >> kg) & 1;
-  else if constexpr (FC < CHUNKS) return (kg + 1) % FC == 0;
-  else return kg == CHUNKS - 1 && ((fmask >> kg) & 1);
-}
-// the FC a launch can use (the instantiations built: 0, 4 and the stage's chunks): K whole stages and groups of
-// `group` k (K for one group per channel) that divide the stage or are a multiple of it; 0 otherwise
-__host__ __device__ constexpr int regs_fc(int kstep, int K, int iters, int group) {
-  return iters * kstep != K || group <= 0 || K % group ? 0
-         : group % kstep == 0                          ? kstep / KG
-         : kstep % group == 0 && group == 4 * KG       ? 4
-                                                       : 0;
 }
 
 // blocks per SM the build is compiled for: 2 (128 registers), but 1 for 7-8 bit codes with zero points at MT = 2
