@@ -54,20 +54,18 @@ def _why(r) -> str:
 
 
 def _limit(r) -> str:
-    """The measured limit of a point that reads slower than cuBLAS does (native/NOTES.md sections 9, 23-27)."""
+    """The measured limit of a point that reads slower than cuBLAS does (native/NOTES.md sections 9, 23-28)."""
     if r["K"] * r["N"] <= 8192 * 8192:
         return "fixed part (launch, tail, flush write-back: ~8-17 us per call) against a floor of a few us"
-    if bits(r["weight_dtype"]) <= 2:   # native/NOTES.md section 26
-        return ("issue-bound: ncu at (8192, 57344) M=1 (before the group ends were compiled in): u1 2.19-2.33, u2 2.27 "
-                "instructions issued per weight (i4 2.25: the dequantize and the mma cost per weight, not per bit) at "
-                "52-57% of issue slots, DRAM 24-42% busy")
-    if r.get("variant") == "regs" and r["M"] > 8:   # two tiles: native/NOTES.md sections 24 and 26
-        return ("issue-bound at two tiles (regs; ncu at (8192, 57344) M=16, before the group ends were compiled in: u4 3.97 "
-                "/ i4 3.33 instructions issued per weight at 59 / 57% of issue slots, DRAM 49 / 54% busy)")
-    if r.get("variant") == "regs":   # native/NOTES.md sections 23, 25 and 26
-        return ("the loop (regs; ncu at (8192, 57344) M=1, before the group ends were compiled in: u4 2.71 / i4 2.25 "
-                "instructions issued per weight at 55 / 52% of issue slots, DRAM 67 / 74% busy, 1.0-1.2 eligible warps "
-                "per scheduler)")
+    if bits(r["weight_dtype"]) <= 2:   # native/NOTES.md sections 26 and 28
+        return ("issue-bound: ncu at (8192, 57344) M=1: u1 1.94-2.17, u2 2.01 instructions issued per weight (i4 2.21: "
+                "the dequantize and the mma cost per weight, not per bit) at 51-57% of issue slots, DRAM 27-46% busy")
+    if r.get("variant") == "regs" and r["M"] > 8:   # two tiles: native/NOTES.md sections 24, 26 and 28
+        return ("issue-bound at two tiles (regs; ncu at (8192, 57344) M=16: u4 3.89 / i4 3.32 instructions issued per "
+                "weight at 60 / 57% of issue slots, DRAM 50 / 54% busy)")
+    if r.get("variant") == "regs":   # native/NOTES.md sections 23, 25, 26 and 28
+        return ("the loop (regs; ncu at (8192, 57344) M=1: u4 2.60 / i4 2.21 instructions issued per weight at 55 / 51% "
+                "of issue slots, DRAM 70 / 74% busy, 1.0-1.2 eligible warps per scheduler)")
     return "loop stalls (ncu: ~1 eligible warp per scheduler, 46-57% of issue slots used) plus ~8-12 us fixed"
 
 
