@@ -630,6 +630,24 @@ def test_decode_fc_agrees_with_the_stage_table():
     assert seen >= {(128, 0), (128, 4), (256, 0), (256, 4), (256, 8)}
 
 
+def test_decode_fc_mirror_matches_the_launchers_rule(tmp_path):
+    """lowbit_layout.decode_fc is the launchers' rule (lowbit_kernel.cuh decode_fc), compiled and run on the host: the
+    same FC for every stage depth, K (whole stages or not), group size and one group per channel."""
+    _need_nvcc()
+    import subprocess
+    cases = [(kstep, K, g) for kstep in (128, 256) for K in (1000, 1024, 1056, 1152, 1280, 4096, 8192, 28672)
+             for g in (8, 32, 64, 128, 256, 512, 1024, K) if K % g == 0]
+    src = tmp_path / "fc.cu"
+    src.write_text('#include <cstdio>\n#include "lowbit_kernel.cuh"\nint main() {\n' + "".join(
+        f'  std::printf("%d\\n", lowbit::decode_fc({k}, {K}, {-(-K // k)}, {g}));\n' for k, K, g in cases) + "}\n")
+    exe = tmp_path / "fc"
+    subprocess.run([build.find_nvcc(), build.GENCODE, "-std=c++17", "-diag-suppress", "177", f"-I{build.INCLUDE}",
+                    str(src), "-o", str(exe)], check=True, capture_output=True, text=True, timeout=300)
+    got = [int(v) for v in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()]
+    assert got == [LL.decode_fc(k, K, g) for k, K, g in cases]
+    assert {4, 8} <= set(got) and 0 in got
+
+
 def test_check_group_cases_are_valid_weights():
     """Every extra group-size case of native.check is a weight the formats accept (a group that does not divide K
     failed the H200 run of 0884d8f before any kernel ran)."""
