@@ -23,7 +23,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("results_dir", nargs="?", default=str(ROOT / "results"), help="default: %(default)s")
     ap.add_argument("--replace", metavar="NEW.csv", help="fold NEW.csv's points into the results.csv given as the "
                     "argument, replacing every earlier row of each point it measured")
-    ap.add_argument("--where", metavar="QUERY", help="with --replace: only NEW's rows matching this pandas query")
+    ap.add_argument("--where", metavar="QUERY", help="with --replace: only the points of NEW with a row matching this "
+                    "pandas query (each taken whole)")
     a = ap.parse_args(argv)
     if a.replace or a.where:
         return _replace(a)

@@ -250,17 +250,19 @@ POINT_KEY = ["experiment", "model", "model_layers", "workload", "phase", "batch"
 
 def replace_points(results: Path, new: Path, where: str | None = None) -> tuple[int, int]:
     """Fold another run's rows into a committed results.csv, a point at a time: every row of a point that `new`
-    measured (its rows that match the pandas query `where`, e.g. "M == 16", all by default) replaces every earlier
-    row of the same point, whatever code measured it (a re-measurement after a kernel changed).  Both files are
-    validated; returns (rows dropped, rows added)."""
+    measured replaces every earlier row of the same point, whatever code measured it (a re-measurement after a kernel
+    changed).  `where`, a pandas query (e.g. "M == 16"), picks the points: those with at least one row of `new` that
+    matches it, each then taken whole (a query on a per-row column such as `metric` cannot split a point).  Both files
+    are validated; returns (rows dropped, rows added)."""
     results, new = Path(results), Path(new)
     old_df, new_df = read_csv(results), read_csv(new)
+    key = lambda d: d[POINT_KEY].astype(str).agg("|".join, axis=1)  # noqa: E731
     if where:
         try:
-            new_df = new_df.query(where, engine="python")
+            picked = new_df.query(where, engine="python")
         except Exception as e:  # noqa: BLE001 - a bad expression is the user's input
             raise SchemaError(f"--where {where!r}: {e}") from e
-    key = lambda d: d[POINT_KEY].astype(str).agg("|".join, axis=1)  # noqa: E731
+        new_df = new_df[key(new_df).isin(set(key(picked)))]
     keep = old_df[~key(old_df).isin(set(key(new_df)))]
     df = pd.concat([keep, new_df], ignore_index=True)
     df = df.sort_values(["model", "layer", "impl", "weight_dtype", "M", "K", "N", "metric"], kind="stable")

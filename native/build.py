@@ -146,14 +146,14 @@ def build(verbose: bool = False):
     try:
         _MODULE = load(name="native_ext", sources=[str(ROOT / "bindings.cpp"), *map(str, KERNEL_SOURCES)],
                        extra_include_paths=[str(INCLUDE)],
-                       extra_cuda_cflags=[*NVCC_FLAGS, *_extra_flags(), GENCODE], extra_cflags=["-O3"],
+                       extra_cuda_cflags=[*NVCC_FLAGS, *extra_flags(), GENCODE], extra_cflags=["-O3"],
                        build_directory=str(build_dir), verbose=verbose)
     except Exception as e:  # compiler missing pieces, ninja absent, ...
         raise Unavailable(f"building the native extension failed: {e}") from e
     return _MODULE
 
 
-def _extra_flags() -> list:
+def extra_flags() -> list:
     """NATIVE_EXTRA_NVCC_FLAGS (space-separated), for an A/B build of one kernel option in its own build directory
     (e.g. NATIVE_EXTRA_NVCC_FLAGS=-DSOME_OPTION=0 NATIVE_TUNE_BUILD_DIR=build/native_tune_opt0; native/NOTES.md section
     24 measured an L2 prefetch this way): the rows of such a build do not match the committed code, so they go to
@@ -203,7 +203,7 @@ def build_tune(verbose: bool = False):
     try:
         _TUNE_MODULE = load(name="native_tune_ext", sources=[str(s) for s in srcs],
                             extra_include_paths=[str(INCLUDE)],
-                            extra_cuda_cflags=[*NVCC_FLAGS, *TUNE_FLAGS, *_extra_flags(), GENCODE], extra_cflags=["-O3"],
+                            extra_cuda_cflags=[*NVCC_FLAGS, *TUNE_FLAGS, *extra_flags(), GENCODE], extra_cflags=["-O3"],
                             build_directory=str(build_dir), verbose=verbose)
     except Exception as e:  # noqa: BLE001
         raise Unavailable(f"building the native tuning extension failed: {e}") from e

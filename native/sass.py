@@ -60,8 +60,8 @@ def loop_stats(recipes, tmp: Path | None = None) -> list:
         src = d / "sass_check.cu"
         src.write_text('#include "lowbit_launch.cuh"\n' + "".join(f"LOWBIT_DEFINE(rec_{r})\n" for r in recipes))
         cub = d / "sass_check.cubin"
-        subprocess.run([nvcc, build.GENCODE, *build.NVCC_FLAGS, *build._extra_flags(), "-DLOWBIT_SASS_STEADY", "-cubin", str(src), "-o",
-                        str(cub)], check=True, capture_output=True, text=True)
+        subprocess.run([nvcc, build.GENCODE, *build.NVCC_FLAGS, *build.extra_flags(), "-DLOWBIT_SASS_STEADY", "-cubin",
+                        str(src), "-o", str(cub)], check=True, capture_output=True, text=True)
         sass = subprocess.run([_cuobjdump(), "-sass", str(cub)], capture_output=True, text=True, check=True).stdout
     for f in re.split(r"\n\s*Function : ", sass)[1:]:
         name = f.split("\n")[0]
@@ -97,6 +97,14 @@ def main(argv=None):
     ap.add_argument("recipes", nargs="+", help="recipe names, e.g. f16_u4 bf16_u8 (native/lowbit_layout.py)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    known = {r.name for r in LL.all_recipes()}
+    bad = [r for r in a.recipes if r not in known]
+    if bad:
+        print(f"config error: unknown recipes {bad}; known: {', '.join(sorted(known))}")
+        return 2
+    if build.find_nvcc() is None or not Path(_cuobjdump()).exists():
+        print("unavailable: needs nvcc and the cuobjdump Triton bundles")
+        return 2
     for s in loop_stats(a.recipes):
         if a.json:
             print(json.dumps(s))
@@ -111,4 +119,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -245,6 +245,12 @@ def test_replace_points_folds_a_rerun_point_by_point(tmp_path):
     df = read_csv(old).set_index(["M", "metric"])["value"]
     assert df.to_dict() == {(1, "latency_ms"): 1.0, (1, "floor_ms"): 0.5, (16, "latency_ms"): 1.8,
                             (16, "read_ref_ms"): 1.5}
+    # a query on a per-row column picks points, never half of one: both M = 16 rows come in, not only read_ref_ms
+    pd.DataFrame([row(1, "latency_ms", 1.0, "a"), row(16, "latency_ms", 2.0, "a")]).to_csv(old, index=False,
+                                                                                           columns=SCHEMA)
+    assert replace_points(old, new, where="metric == 'read_ref_ms'") == (1, 2)
+    assert read_csv(old).set_index(["M", "metric"])["value"].to_dict() == {
+        (1, "latency_ms"): 1.0, (16, "latency_ms"): 1.8, (16, "read_ref_ms"): 1.5}
     assert merge_main(["--replace", str(new), str(old)]) == 0            # M = 1 too: its floor_ms row goes with it
     assert read_csv(old).set_index(["M", "metric"])["value"].to_dict() == {
         (1, "latency_ms"): 0.9, (16, "latency_ms"): 1.8, (16, "read_ref_ms"): 1.5}

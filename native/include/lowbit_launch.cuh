@@ -50,40 +50,41 @@ int launch_decode(Kern k, int smem, LaunchCache &c, const GemvParams &p, int sms
   return (int)cudaGetLastError();
 }
 
-// The build that knows the stage's group ends at compile time (decode_fc, as launch_regs below) for f16 out without x
-// split, else the one that reads them from the stage table
+// Launch kern_of(FC) for the FC that decode_fc picks for this call where `on` (the builds: 0, the stage's chunks, and 4
+// at one tile in 256-k stages -- at two tiles their two folds a stage spilled in regs: u1 72 bytes, u2 20), else FC = 0
+// (the stage table read at run time); one occupancy cache per build
+template <class R, int MT, bool ON, class KernOf>
+int launch_fc(KernOf kern_of, int smem, LaunchCache (&c)[3], const GemvParams &p, int sms, cudaStream_t s, int grid,
+              int *grid_used, bool dry) {
+  constexpr int C = R::KSTEP / KG;
+  if constexpr (ON) {
+    const int fc = decode_fc(R::KSTEP, p.K, p.iters, p.ngroups > 0 ? p.K / p.ngroups : 0);
+    if (fc == C) return launch_decode<R>(kern_of(std::integral_constant<int, C>{}), smem, c[1], p, sms, s, grid, grid_used, dry);
+    if constexpr (C > 4 && MT == 1)
+      if (fc == 4) return launch_decode<R>(kern_of(std::integral_constant<int, 4>{}), smem, c[2], p, sms, s, grid, grid_used, dry);
+  }
+  return launch_decode<R>(kern_of(std::integral_constant<int, 0>{}), smem, c[0], p, sms, s, grid, grid_used, dry);
+}
+
+// base / lean / lean3 / bulk: the group ends compiled in (launch_fc) for f16 out without x split
 template <class R, int MT, bool OB, bool XS, bool PROF, int V = 0, int PM = INSTR_MODE_STAGED>
 int launch_gemv(const GemvParams &p, int sms, cudaStream_t s, int grid, int *grid_used, bool dry) {
-  constexpr int C = R::KSTEP / KG;
   static LaunchCache c[3];
-  const int smem = gemv_smem_bytes(R::BITS, R::ZERO, staged_rows(p.MX, MT, V), p.slots, p.iters, V);
-  if constexpr (LOWBIT_GEMV_FC && !OB && !XS) {
-    const int fc = decode_fc(R::KSTEP, p.K, p.iters, p.ngroups > 0 ? p.K / p.ngroups : 0);
-    if (fc == C)
-      return launch_decode<R>(lowbit_gemv_kernel<R, MT, OB, XS, PROF, V, PM, C>, smem, c[1], p, sms, s, grid, grid_used, dry);
-    if constexpr (C > 4 && MT == 1)
-      if (fc == 4)
-        return launch_decode<R>(lowbit_gemv_kernel<R, MT, OB, XS, PROF, V, PM, 4>, smem, c[2], p, sms, s, grid, grid_used, dry);
-  }
-  return launch_decode<R>(lowbit_gemv_kernel<R, MT, OB, XS, PROF, V, PM, 0>, smem, c[0], p, sms, s, grid, grid_used, dry);
+  return launch_fc<R, MT, LOWBIT_GEMV_FC && !OB && !XS>(
+      [](auto fc) { return lowbit_gemv_kernel<R, MT, OB, XS, PROF, V, PM, decltype(fc)::value>; },
+      gemv_smem_bytes(R::BITS, R::ZERO, staged_rows(p.MX, MT, V), p.slots, p.iters, V), c, p, sms, s, grid, grid_used,
+      dry);
 }
 
 // variant 4 (lowbit_regs.cuh): MT = 1, 2, f16 out, no x split; at MT = 1 x whole in shared memory, so the grid
-// query fails (and the variant is not a candidate) where MX rows of the padded K do not fit. The build that knows the
-// stage's group ends at compile time (decode_fc: FC = the stage's chunks, or 4 for 128-k groups in 256-k stages) where
-// the layout allows it, else the one that reads them from the stage table
+// query fails (and the variant is not a candidate) where MX rows of the padded K do not fit; the group ends compiled in
+// (launch_fc)
 template <class R, int MT, bool PROF, int PM = INSTR_MODE_STAGED>
 int launch_regs(const GemvParams &p, int sms, cudaStream_t s, int grid, int *grid_used, bool dry) {
-  constexpr int C = R::KSTEP / KG;
   static LaunchCache c[3];
-  const int smem = regs_smem_bytes(R::BITS, R::ZERO, p.MX, p.slots, p.iters, MT);
-  const int fc = LOWBIT_REGS_FC ? decode_fc(R::KSTEP, p.K, p.iters, p.ngroups > 0 ? p.K / p.ngroups : 0) : 0;
-  if constexpr (LOWBIT_REGS_FC) {
-    if (fc == C) return launch_decode<R>(lowbit_regs_kernel<R, MT, PROF, PM, C>, smem, c[1], p, sms, s, grid, grid_used, dry);
-    if constexpr (C > 4 && MT == 1)  // (at two tiles the 256-k stages' two folds spilled: u1 72 bytes, u2 20)
-      if (fc == 4) return launch_decode<R>(lowbit_regs_kernel<R, MT, PROF, PM, 4>, smem, c[2], p, sms, s, grid, grid_used, dry);
-  }
-  return launch_decode<R>(lowbit_regs_kernel<R, MT, PROF, PM, 0>, smem, c[0], p, sms, s, grid, grid_used, dry);
+  return launch_fc<R, MT, LOWBIT_REGS_FC>(
+      [](auto fc) { return lowbit_regs_kernel<R, MT, PROF, PM, decltype(fc)::value>; },
+      regs_smem_bytes(R::BITS, R::ZERO, p.MX, p.slots, p.iters, MT), c, p, sms, s, grid, grid_used, dry);
 }
 
 // the instrumented build (f16 out, no x split) in instrumentation mode `prof` (INSTR_MODE_STAGED or _WARP0)
