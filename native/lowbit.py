@@ -566,7 +566,7 @@ class LowbitMatmul:
             if tuned and tuned[1]:
                 vname += " (timed ms: " + ", ".join(f"{n} {t:.4g}" for n, t in tuned[1].items()) + ")"
             return (f"native decode{vname} {pw.rec.name}{' xsplit' if pw.xsplit else ''} mt{_mt(pw, M)} kstep{L.kstep} "
-                    f"grid{grid} ({L.nblocks}x{L.iters} stages, stream-K) | dequant {pw.rec.cost()['per_weight']:.2f}"
+                    f"grid{grid} ({L.nblocks}x{L.iters} stages, stream-K) | dequant {pw.rec.deq_cost()['per_weight']:.2f}"
                     f" instr/weight")
         why = "" if M > DECODE_MAX_M else f" (group size {pw.qw.group_size}: {LL.group_ok(L.K, pw.qw.group_size)})"
         tuned = _PREFILL_TUNED.get(self._prefill_key(M)) if self.prefill == "auto" else None

@@ -32,7 +32,13 @@ def emulate_gemv(pw, x: torch.Tensor, grid: int, defer: bool = False):
     partial pieces' counts added at the block's end (the kernel's DEFER: bulk variant, 4-bit codes)."""
     rec, L = pw.rec, pw.L
     M = x.shape[0]
-    vals = LL.emulate_values(rec, pw.words, L)                 # exact code values + rec.bias [Kpad, Npad]
+    # exact code values + rec.bias [Kpad, Npad]; OFFSET recipes: deq_off()'s, which leave the offset of each
+    # pair's k half jk in, and the sum's mma adds OFFA_jk * x beside sum(x), jk = (k % 4) // 2 (the mma's A
+    # registers 1 / 3 of rows 8-15 hold the k of jk = 0 / 1: physical k = kg*32 + 8t + 4r + 2jk + {0, 1})
+    vals = LL.emulate_values(rec, pw.words, L, off=bool(rec.offs))
+    offk = torch.zeros(L.Kpad, dtype=torch.float64)
+    if rec.offs:
+        offk = torch.tensor(rec.off_groups, dtype=torch.float64)[(torch.arange(L.Kpad) % 4) // 2]
     xc = x.detach().cpu()
     if pw.xsplit:                                              # xsplit_kernel: hi = bf16(x), lo = bf16(x - hi)
         hi = xc.to(torch.bfloat16)
@@ -61,6 +67,7 @@ def emulate_gemv(pw, x: torch.Tensor, grid: int, defer: bool = False):
         total = torch.zeros(MX, LL.BN, dtype=torch.float64)
         acc = torch.zeros_like(total)
         xs = torch.zeros(MX, 1, dtype=torch.float64)
+        xo = torch.zeros(MX, 1, dtype=torch.float64)           # OFFSET recipes: sum of offset(k) * x
 
         pieces = []            # partial pieces whose counts are not added yet
 
@@ -76,14 +83,15 @@ def emulate_gemv(pw, x: torch.Tensor, grid: int, defer: bool = False):
             pieces.clear()
 
         def flush(sidx, tab):
-            nonlocal acc, xs, total
+            nonlocal acc, xs, xo, total
             g0, cnt = tab & 0xFFFF, (tab >> 16) & 0xF
             assert sidx < cnt, f"flush of staged scale slot {sidx}, the stage holds {cnt}"
             s, z = _channel_scales(sc, nb, g0 + sidx, rec.zero)
             z = z + rec.bias                                   # deq() left the magic number in (Recipe.bias)
-            total = total + s * acc - (s * z) * xs
+            total = total + s * (acc - xo) - (s * z) * xs
             acc = torch.zeros_like(acc)
             xs = torch.zeros_like(xs)
+            xo = torch.zeros_like(xo)
             stats["flushes"] += 1
 
         for f in range(f_begin, f_end):
@@ -94,6 +102,7 @@ def emulate_gemv(pw, x: torch.Tensor, grid: int, defer: bool = False):
                 k0 = it * L.kstep + kg * LL.KG
                 acc = acc + Xp[:, k0:k0 + LL.KG] @ vals[k0:k0 + LL.KG, nb * LL.BN:(nb + 1) * LL.BN]
                 xs = xs + Xp[:, k0:k0 + LL.KG].sum(1, keepdim=True)
+                xo = xo + Xp[:, k0:k0 + LL.KG] @ offk[k0:k0 + LL.KG, None]
                 if (fmask >> kg) & 1:
                     flush(sidx, tab)
                     sidx += 1

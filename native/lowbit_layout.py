@@ -154,6 +154,23 @@ class Recipe:
     bias: float = 0.0           # what the tensor cores see is value + bias: uint recipes leave the magic number
                                 # in (the kernel adds bias to the zero point, which it subtracts times sum(x)
                                 # anyway), so a code whose bits sit at the mantissa's bottom needs no fma
+    offs: tuple = ()            # OFFSET recipes: per pair, the power of two that deq_off() leaves in (value + offs[i]);
+                                # it depends on the pair's k half jk only (see _pack_offset)
+
+    @property
+    def off_groups(self) -> tuple:
+        """OFFSET recipes: the offset of the pairs of k half jk = 0 and 1 (the same in both k-blocks)."""
+        return tuple(self.offs[2 * jk] for jk in (0, 1))
+
+    def cost_off(self) -> dict:
+        """deq_off()'s instructions per chunk: one LOP3 per pair and one SHF per distinct (word, shift) != 0."""
+        shifts = {(p.word, p.shift) for terms in self.pairs for t in terms for p in t.pieces if p.shift}
+        total = PAIRS + len(shifts)
+        return {"lop3": PAIRS, "shift": len(shifts), "fma": 0, "total": total, "per_weight": total / 32}
+
+    def deq_cost(self) -> dict:
+        """What the decode kernels spend per chunk: deq_off() for OFFSET recipes, else deq()."""
+        return self.cost_off() if self.offs else self.cost()
 
     @property
     def name(self) -> str:
@@ -272,11 +289,64 @@ def fold_ok(fmt: WeightFormat, tgt: Target) -> bool:
 FOLD_BIAS = False
 
 
+# OFFSET recipes (native/NOTES.md section 29): f16 uint codes of these widths are placed high in the mantissa by
+# a few shifts of each word (right shifts; < 0: left), so that one LOP3 per pair gives 2^(10 - P) + code, P the
+# code's lowest mantissa bit: the first P of the width's pair for the pairs of k half jk = 0, the second for jk = 1.
+# The decode kernels' deq_off() stops there (no fma) and subtract the offsets with the mma that sums x for the zero
+# point already (its A rows 8-15 carry the offsets: one constant A tile for every k-block, as the tile of ones was);
+# every other kernel runs deq(), one exact fma more per pair.  P >= 2 keeps the offsets <= 256 (the codes' part of
+# the f32 accumulators loses at most ~8 of its 24 bits; flushed at every group's end).
+OFFSET = True
+OFFSET_SHIFTS = {1: ((-8, -6, -4, -2, 0, 2, 4, 6), (8, 9)),   # width: (shifts of each word, the two P)
+                 2: ((-2, 0, 6, 8), (2, 6)),
+                 4: ((-2, 6), (2, 6))}
+
+
+def offset_ok(fmt: WeightFormat, tgt: Target) -> bool:
+    """Formats that get an OFFSET recipe: f16 uint codes of the OFFSET_SHIFTS widths (1, 2, 4 bits)."""
+    return OFFSET and tgt.name == "f16" and stored_kind(fmt) == "uint" and fmt.bits in OFFSET_SHIFTS
+
+
+def _pack_offset(fmt_name: str, target: str) -> Recipe:
+    """The OFFSET packing: code j of word w at bits b j of each half, shifted by s (OFFSET_SHIFTS) to P = b j - s;
+    the codes of each P fill whole (k-block r, k half jk) groups of four pairs (n16 tile nt, row half jn), the
+    groups in order of P.  deq() turns 2^(10 - P) + code into code with one fma (c1 = 1, c2 = -2^(10 - P))."""
+    fmt = parse_format(fmt_name)
+    tgt = TARGETS[target]
+    b = fmt.bits
+    if not offset_ok(fmt, tgt):
+        raise ValueError(f"{fmt_name}/{target}: no OFFSET packing")
+    shifts, ps = OFFSET_SHIFTS[b]
+    slots: dict = {P: [] for P in ps}
+    seen = set()
+    for w in range(b):
+        for s in shifts:
+            for j in range(16 // b):
+                P = b * j - s
+                if P in slots and P + b <= tgt.mant and (w, j) not in seen:
+                    seen.add((w, j))
+                    slots[P].append((w, s, j))
+    if len(seen) != 16 or any(len(v) != 8 for v in slots.values()):
+        raise RuntimeError(f"{fmt_name}: OFFSET_SHIFTS {OFFSET_SHIFTS[b]} do not put 8 codes at each P")
+    pairs: list = [None] * PAIRS
+    for jk, P in enumerate(ps):
+        off = 2.0 ** (tgt.mant - P)
+        for m, (w, s, j) in enumerate(slots[P]):      # (k-block r, n16 tile nt, row half jn)
+            r, nt, jn = m >> 2, (m >> 1) & 1, m & 1
+            t = Term(enc(off, tgt), (Piece(w, s, ((1 << b) - 1) << P),), enc(1.0, tgt), enc(-off, tgt),
+                     tuple(range(b)), tuple(P + cb for cb in range(b)), tuple((w, b * j + cb) for cb in range(b)))
+            pairs[8 * r + 4 * nt + 2 * jk + jn] = (t,)
+    offs = tuple(float(dec(t[0].magic, tgt)[()]) for t in pairs)
+    return Recipe(fmt.name, target, b, "int", True, tuple(pairs), 0.0, offs)
+
+
 @lru_cache(maxsize=None)
 def build_recipe(fmt_name: str, target: str) -> Recipe:
-    """The cheaper of the packings with and without the magic number left in (fold_ok formats, FOLD_BIAS), else
-    the packing without it."""
+    """The OFFSET packing where offset_ok; else the cheaper of the packings with and without the magic number
+    left in (fold_ok formats, FOLD_BIAS), else the packing without it."""
     fmt = parse_format(fmt_name)
+    if offset_ok(fmt, TARGETS[target]):
+        return _pack_offset(fmt_name, target)
     plain = _pack(fmt_name, target, False)
     if not (FOLD_BIAS and fold_ok(fmt, TARGETS[target])):
         return plain
@@ -425,6 +495,20 @@ def emulate_chunk(rec: Recipe, words: np.ndarray) -> np.ndarray:
     return out
 
 
+def emulate_chunk_off(rec: Recipe, words: np.ndarray) -> np.ndarray:
+    """What an OFFSET recipe's deq_off() computes: (shifted word | EXP) & (mask | magic) per pair, EXP the f16
+    exponent field (render_recipe) -> values [..., 16 pairs, 2 halves] float64 (code + rec.offs[pair])."""
+    tgt = TARGETS[rec.target]
+    w = np.asarray(words).astype(np.uint64) & np.uint64(0xFFFFFFFF)
+    out = np.zeros(w.shape[:-1] + (PAIRS, 2), dtype=np.float64)
+    for i, (t,) in enumerate(rec.pairs):
+        (pc,) = t.pieces
+        keep = np.uint64((pc.mask | t.magic) * 0x10001)
+        v = (_sh32(w[..., pc.word], pc.shift) | np.uint64(OFF_EXP)) & keep
+        out[..., i, :] = dec(np.stack([v & np.uint64(0xFFFF), v >> np.uint64(16)], axis=-1), tgt)
+    return out
+
+
 def pack_chunk(rec: Recipe, codes: torch.Tensor) -> torch.Tensor:
     """Stored codes [..., 16 pairs, 2 halves] (int64) -> words [..., bits] (int64, 32-bit values)."""
     words = [torch.zeros(codes.shape[:-2], dtype=torch.int64, device=codes.device) for _ in range(rec.bits)]
@@ -515,12 +599,13 @@ def pack_codes(rec: Recipe, codes: torch.Tensor, L: Layout, nb_chunk: int = 8) -
     return out
 
 
-def emulate_values(rec: Recipe, words: torch.Tensor, L: Layout) -> torch.Tensor:
+def emulate_values(rec: Recipe, words: torch.Tensor, L: Layout, off: bool = False) -> torch.Tensor:
     """Inverse of pack_codes through the recipe emulation: float64 [Kpad, Npad] values
-    (what the tensor cores see, before scales and zero points)."""
+    (what the tensor cores see, before scales and zero points); off: through deq_off() (OFFSET recipes:
+    value + the pair's offset)."""
     w = words.cpu().to(torch.int64) & 0xFFFFFFFF
     w = w.permute(0, 1, 2, 4, 3, 5).reshape(L.nblocks, L.iters, WARPS, 32, L.chunks, rec.bits)
-    vals = emulate_chunk(rec, w.numpy())                              # [..., C, 16, 2]
+    vals = (emulate_chunk_off if off else emulate_chunk)(rec, w.numpy())   # [..., C, 16, 2]
     return _fragment_unview(torch.from_numpy(vals), L)
 
 
@@ -605,14 +690,33 @@ def group_ok(K: int, group_size: int) -> Optional[str]:
 
 # ----------------------------------------------------------------------------- C++ header
 
-def _cexpr_piece(pc: Piece, bits: int) -> str:
+def _cexpr_word(pc: Piece) -> str:
     w = f"w[{pc.word}]"
     if pc.shift > 0:
-        w = f"({w} >> {pc.shift})"
-    elif pc.shift < 0:
-        w = f"({w} << {-pc.shift})"
+        return f"({w} >> {pc.shift})"
+    if pc.shift < 0:
+        return f"({w} << {-pc.shift})"
+    return w
+
+
+def _cexpr_piece(pc: Piece, bits: int) -> str:
     m = pc.mask | (pc.mask << 16)
-    return f"({w} & 0x{m:08x}u)"
+    return f"({_cexpr_word(pc)} & 0x{m:08x}u)"
+
+
+OFF_EXP = 0x7C007C00     # deq_off(): the f16 exponent fields, OR-ed in so that one AND keeps mask and magic
+
+
+def _render_off_pairs(rec: Recipe, ex: str, line) -> list:
+    """An OFFSET recipe's pairs: each shifted word once (const), then per pair or_and(copy, ex, mask | magic)."""
+    copies: dict = {}
+    for (t,) in rec.pairs:
+        copies.setdefault((t.pieces[0].word, t.pieces[0].shift), f"c{len(copies)}")
+    out = [f"    const uint32_t {n} = {_cexpr_word(Piece(w, s, 0))};" for (w, s), n in copies.items()]
+    for i, (t,) in enumerate(rec.pairs):
+        pc = t.pieces[0]
+        out.append(line(i, f"or_and({copies[(pc.word, pc.shift)]}, {ex}, 0x{(pc.mask | t.magic) * 0x10001:08x}u)"))
+    return out
 
 
 def render_recipe(rec: Recipe) -> str:
@@ -631,11 +735,26 @@ def render_recipe(rec: Recipe) -> str:
              f"  static constexpr bool PROF = {'true' if rec.name in PROFILED else 'false'};   // instrumented variant built",
              f"  static constexpr bool TUNE = {'true' if rec.name in TUNED else 'false'};   // decode variants 1, 2, 3 built",
              f"  static constexpr bool BULK = {'true' if rec.name in BULK else 'false'};   // decode variant 3 built",
-             f"  static constexpr uint32_t MAGIC = 0x{TARGETS[rec.target].magic * 0x10001:08x}u;  "
+             f"  static constexpr uint32_t MAGIC = 0x{(OFF_EXP if rec.offs else TARGETS[rec.target].magic * 0x10001):08x}u;  "
              "// pass to deq() through a register",
              f"  static constexpr float BIAS = {rec.bias:.1f}f;   // deq() gives value + BIAS (added to the zero point)",
-             "  __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {"]
-    for i, terms in enumerate(rec.pairs):
+             f"  static constexpr bool OFFS = {'true' if rec.offs else 'false'};   // deq_off() built (an OFFSET recipe)"]
+    if rec.offs:
+        c = rec.cost_off()
+        og = rec.off_groups
+        lines += [f"  // offsets of the pairs of k half jk = 0, 1 (f16x2): {', '.join(f'{o:g}' for o in og)}"]
+        lines += [f"  static constexpr uint32_t OFFA{G} = 0x{enc(o, TARGETS[rec.target]) * 0x10001:08x}u;"
+                  for G, o in enumerate(og)]
+        lines += [f"  // deq_off: value + offset per pair, {c['total']} instructions per 32 weights ({c['lop3']} lop3, "
+                  f"{c['shift']} shifts); ex = 0x{OFF_EXP:08x}u through a register",
+                  "  __device__ __forceinline__ static void deq_off(const uint32_t *w, uint32_t *a, uint32_t ex) {"]
+        lines += _render_off_pairs(rec, "ex", lambda i, e: f"    a[{i}] = {e};")
+        lines += ["  }"]
+    lines += ["  __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {"]
+    if rec.offs:                # deq_off()'s LOP3 (magic = MAGIC = OFF_EXP), then the fma that takes the offset out
+        lines += _render_off_pairs(rec, "magic", lambda i, e: f"    a[{i}] = {fn}({e}, 0x{rec.pairs[i][0].c1 * 0x10001:08x}u, "
+                                                              f"0x{rec.pairs[i][0].c2 * 0x10001:08x}u);")
+    for i, terms in enumerate(rec.pairs if not rec.offs else ()):
         vals = []
         for t in terms:
             # the magic comes in as a runtime value (`magic`, in a register), so that ptxas fuses

@@ -86,7 +86,7 @@ def loop_stats(recipes, tmp: Path | None = None) -> list:
         wpl = weights_per_lane(rec.kstep) * stages
         out.append({"recipe": rec.name, **s, "instructions": len(body), "stages_per_loop": stages,
                     "weights_per_lane": wpl, "per_weight": len(body) / wpl,
-                    "dequant_per_weight": rec.cost()["per_weight"],
+                    "dequant_per_weight": rec.deq_cost()["per_weight"],
                     "ops": dict(collections.Counter(body).most_common())})
     return sorted(out, key=lambda s: (s["recipe"], s["mt"], s["xsplit"], s["prof"], s["variant"], s["prof_mode"],
                                       s["fc"]))

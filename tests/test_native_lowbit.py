@@ -9,6 +9,7 @@ loop's instruction count per weight (SASS)."""
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -52,8 +53,10 @@ def test_recipe_round_trip_every_format(fmt, act):
 
 @pytest.fixture
 def folded(monkeypatch):
-    """Recipes with the magic number left in (lowbit_layout.FOLD_BIAS), for the tests of that path."""
+    """Recipes with the magic number left in (lowbit_layout.FOLD_BIAS), for the tests of that path (which the
+    OFFSET packing of u1 / u2 / u4 takes precedence over: off here)."""
     monkeypatch.setattr(LL, "FOLD_BIAS", True)
+    monkeypatch.setattr(LL, "OFFSET", False)
     LL.build_recipe.cache_clear()
     yield
     LL.build_recipe.cache_clear()
@@ -88,8 +91,13 @@ def test_recipe_costs_are_what_the_header_says():
         c = r.cost()
         assert f"// {r.fmt} on {r.target} tensor cores: {c['total']} instructions per 32 weights" in head
         assert c["per_weight"] < (3.5 if r.bits == 8 and r.target == "bf16" else 2.7), r.name
-    assert LL.build_recipe("u4", "f16").cost()["per_weight"] == 1.125     # 1 lop3 + 1 hfma2 per pair, 1 shf / 4 pairs
-    assert LL.build_recipe("u1", "f16").cost()["per_weight"] < 1.05
+    assert LL._pack("u4", "f16", False).cost()["per_weight"] == 1.125     # 1 lop3 + 1 hfma2 per pair, 1 shf / 4 pairs
+    assert LL._pack("u1", "f16", False).cost()["per_weight"] < 1.05
+    # OFFSET recipes: deq_off() = 1 lop3 per pair + the shifts (u1 7, u2 6, u4 8 per chunk); deq() 1 hfma2 more
+    offs = {f: LL.build_recipe(f, "f16") for f in ("u1", "u2", "u4")}
+    assert {f: r.cost_off()["total"] for f, r in offs.items()} == {"u1": 23, "u2": 22, "u4": 24}
+    assert all(r.cost()["total"] == r.cost_off()["total"] + 16 and r.deq_cost() == r.cost_off() for r in offs.values())
+    assert all(f"deq_off: value + offset per pair, {r.cost_off()['total']} instructions" in head for r in offs.values())
     # the magic number left in (Recipe.bias, FOLD_BIAS): u4 = per word 4 lop3, 2 shf, 1 hfma2 per pair whose code is
     # not at the mantissa's bottom; u8 = per word 2 lop3 + 1 shf
     assert LL._pack("u4", "f16", True).cost()["per_weight"] == 0.875
@@ -99,6 +107,34 @@ def test_recipe_costs_are_what_the_header_says():
         f = parse_format(r.fmt)
         if LL.fold_ok(f, LL.TARGETS[r.target]):   # uint, 2-7 (f16: 8) bits: cheaper with the magic number left in
             assert LL._pack(r.fmt, r.target, True).cost()["total"] < LL._pack(r.fmt, r.target, False).cost()["total"]
+
+
+@pytest.mark.parametrize("fmt", ["u1", "u2", "u4"])
+def test_offset_recipes(fmt):
+    """OFFSET packing (lowbit_layout._pack_offset): deq_off() gives code + offset, the offset a power of two <= 256 that
+    depends on the pair's k half only (the kernels' one A tile {1, OFFA0, 1, OFFA1} for the sum's mma), and deq()
+    the exact code; every bit pattern of every code of the chunk is placed once (random and extreme codes)."""
+    rec = LL.build_recipe(fmt, "f16")
+    assert rec.offs and rec.bias == 0.0 and rec.zero and LL.offset_ok(parse_format(fmt), LL.F16)
+    assert all(rec.offs[i] == rec.off_groups[(i >> 1) & 1] for i in range(LL.PAIRS))
+    assert set(rec.off_groups) <= {2.0 ** e for e in range(1, 9)} and len(set(rec.off_groups)) == 2
+    hi = (1 << rec.bits) - 1
+    codes = torch.cat([torch.randint(0, hi + 1, (500, LL.PAIRS, 2), generator=torch.Generator().manual_seed(7)),
+                       torch.full((1, LL.PAIRS, 2), hi), torch.zeros(1, LL.PAIRS, 2, dtype=torch.int64)])
+    words = LL.pack_chunk(rec, codes).numpy()
+    assert np.array_equal(LL.emulate_chunk(rec, words), codes.numpy())
+    assert np.array_equal(LL.emulate_chunk_off(rec, words), codes.numpy() + np.array(rec.offs)[None, :, None])
+    # one code bit -> exactly one output bit: flip each stored bit of a zero chunk and see one value move
+    for w in range(rec.bits):
+        for bit in range(32):
+            one = np.zeros((1, rec.bits), dtype=np.int64)
+            one[0, w] = 1 << bit
+            d = LL.emulate_chunk(rec, one)
+            assert (d != 0).sum() == 1 and d.max() == 2 ** ((bit % 16) % rec.bits)
+    head = (build.INCLUDE / "lowbit_recipes.cuh").read_text()
+    struct = head.split(f"struct rec_f16_{fmt} {{")[1].split("};")[0]
+    assert "static constexpr bool OFFS = true;" in struct and "deq_off(" in struct and "hfma2_f16" in struct
+    assert f"MAGIC = 0x{LL.OFF_EXP:08x}u" in struct
 
 
 def test_generated_header_is_up_to_date():

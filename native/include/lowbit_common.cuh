@@ -26,6 +26,14 @@ __device__ __forceinline__ void pin(T &v) {
   else asm volatile("" : "+r"(v));
 }
 
+// (a | b) & c in one LOP3; inline PTX so that the compiler does not move a shift of `a` behind the mask (it turns
+// (w << s) & m into (w & (m >> s)) << s, one shift per use instead of one per shifted word)
+__device__ __forceinline__ uint32_t or_and(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xA8;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
 __device__ __forceinline__ uint32_t hfma2_f16(uint32_t a, uint32_t b, uint32_t c) {
   uint32_t d;
   asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));

@@ -36,6 +36,27 @@ __device__ __forceinline__ float with_bias(float z) {
   else return z;
 }
 
+// OFFSET recipes (R::OFFS, native/lowbit_layout.py _pack_offset; native/NOTES.md section 29): the decode kernels run
+// deq_off(), which leaves a power of two in each pair (2^(10 - P) + code, one offset for the pairs of k half jk = 0,
+// one for jk = 1), and take it out in the group fold: the mma that sums x for the zero point gets the offsets in its
+// A rows 8-15 ({one, OFFA0, one, OFFA1}, the same tile for both k-blocks), so its D rows 8-15 hold sum_k offset(k)
+// x[m][k] beside rows 0-7's sum(x), and the fold subtracts s * that from s * acc.  -DLOWBIT_OFFS=0 builds deq()
+// (the offset taken out per pair by an fma, as every other recipe does) for an A/B on the same packed weights.
+#ifndef LOWBIT_OFFS
+#define LOWBIT_OFFS 1
+#endif
+template <class R>
+__host__ __device__ constexpr bool use_offs() {
+  if constexpr (R::OFFS) return LOWBIT_OFFS != 0;
+  else return false;
+}
+// the sum-of-x mma's A register for rows 8-15 of k half jk
+template <class R>
+__device__ __forceinline__ uint32_t offa(int jk) {
+  if constexpr (R::OFFS) return jk == 0 ? R::OFFA0 : R::OFFA1;
+  else return 0u;
+}
+
 // Decode-kernel variants (GemvParams::variant; native/tune.py times them side by side):
 //   0 "base": the kernel measured on the H200 (1 Dec 2026): x staged with MX rows, B-fragment loads
 //     guarded per row, the loader's addresses recomputed per stage.
@@ -104,6 +125,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
   constexpr int XROW = xrow_bytes(KSTEP), XCH = KSTEP / 8;  // x: bytes per staged row, 16-byte chunks per row
   constexpr int XPT = (MT * 8 * XCH + THREADS - 1) / THREADS;  // x chunks a thread may copy
   constexpr bool WB = R::BF16;
+  constexpr bool OFF = use_offs<R>();  // deq_off(), the offsets out in the fold (above)
   constexpr int SB = scale_bytes(R::ZERO);
   constexpr int SCP = (8 * SB / 16 + 31) / 32;  // scale chunks a lane may copy (<= 8 groups per stage)
   static_assert(KSTEP == kstep_for(BITS) && (CHUNKS * BITS) % 4 == 0, "layout");
@@ -275,7 +297,13 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         float *tt = total[nt][mt], *aa = acc[nt][mt];
-        if constexpr (R::ZERO) {
+        if constexpr (OFF) {  // xs[mt][2..3]: sum of offset * x (rows 8-15 of the sum's mma)
+          const float sz0 = s0 * z0, sz1 = s1 * z1;
+          tt[0] = fmaf(s0, aa[0] - xs[mt][2], fmaf(-sz0, xs[mt][0], tt[0]));
+          tt[1] = fmaf(s0, aa[1] - xs[mt][3], fmaf(-sz0, xs[mt][1], tt[1]));
+          tt[2] = fmaf(s1, aa[2] - xs[mt][2], fmaf(-sz1, xs[mt][0], tt[2]));
+          tt[3] = fmaf(s1, aa[3] - xs[mt][3], fmaf(-sz1, xs[mt][1], tt[3]));
+        } else if constexpr (R::ZERO) {
           const float sz0 = s0 * z0, sz1 = s1 * z1;
           tt[0] = fmaf(s0, aa[0], fmaf(-sz0, xs[mt][0], tt[0]));
           tt[1] = fmaf(s0, aa[1], fmaf(-sz0, xs[mt][1], tt[1]));
@@ -303,6 +331,12 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
   uint32_t magic = p.magic;  // R::MAGIC through a register, so that mask | magic is one LOP3
   pin(one);
   pin(magic);
+  uint32_t oa[2];  // OFF: rows 8-15 of the sum's A tile (offa)
+#pragma unroll
+  for (int jk = 0; jk < 2; ++jk) {
+    oa[jk] = offa<R>(jk);
+    if constexpr (OFF) pin(oa[jk]);
+  }
   uint16_t *yo = reinterpret_cast<uint16_t *>(p.y);
   auto convert = [&](int cnb) {  // every piece of n-block cnb has landed in y32: convert it to y, re-zero
     for (int q = tid; q < p.M * BN; q += THREADS) {
@@ -407,7 +441,8 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
         }
       }
       uint32_t a[16];
-      R::deq(&w[kg * BITS], a, magic);
+      if constexpr (OFF) R::deq_off(&w[kg * BITS], a, magic);
+      else R::deq(&w[kg * BITS], a, magic);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
 #pragma unroll
@@ -417,7 +452,11 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
           for (int mt = 0; mt < MT; ++mt)
             mma16816<WB>(acc[nt][mt], a[i0], a[i0 + 1], a[i0 + 2], a[i0 + 3], bx[mt][2 * r], bx[mt][2 * r + 1]);
         }
-        if constexpr (R::ZERO) {
+        if constexpr (OFF) {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+            mma16816<WB>(xs[mt], one, oa[0], one, oa[1], bx[mt][2 * r], bx[mt][2 * r + 1]);
+        } else if constexpr (R::ZERO) {
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) mma16816<WB>(xs[mt], one, one, one, one, bx[mt][2 * r], bx[mt][2 * r + 1]);
         }

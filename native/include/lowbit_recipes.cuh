@@ -8,7 +8,7 @@
 
 namespace lowbit {
 
-// u1 on f16 tensor cores: 33 instructions per 32 weights (16 lop3, 1 shifts, 16 fma)
+// u1 on f16 tensor cores: 39 instructions per 32 weights (16 lop3, 7 shifts, 16 fma)
 struct rec_f16_u1 {
   static constexpr const char *NAME = "f16_u1";
   static constexpr int BITS = 1;
@@ -19,29 +19,68 @@ struct rec_f16_u1 {
   static constexpr bool PROF = false;   // instrumented variant built
   static constexpr bool TUNE = true;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
-  static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr uint32_t MAGIC = 0x7c007c00u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = true;   // deq_off() built (an OFFSET recipe)
+  // offsets of the pairs of k half jk = 0, 1 (f16x2): 4, 2
+  static constexpr uint32_t OFFA0 = 0x44004400u;
+  static constexpr uint32_t OFFA1 = 0x40004000u;
+  // deq_off: value + offset per pair, 23 instructions per 32 weights (16 lop3, 7 shifts); ex = 0x7c007c00u through a register
+  __device__ __forceinline__ static void deq_off(const uint32_t *w, uint32_t *a, uint32_t ex) {
+    const uint32_t c0 = (w[0] << 8);
+    const uint32_t c1 = (w[0] << 6);
+    const uint32_t c2 = (w[0] << 4);
+    const uint32_t c3 = (w[0] << 2);
+    const uint32_t c4 = w[0];
+    const uint32_t c5 = (w[0] >> 2);
+    const uint32_t c6 = (w[0] >> 4);
+    const uint32_t c7 = (w[0] >> 6);
+    a[0] = or_and(c0, ex, 0x45004500u);
+    a[1] = or_and(c1, ex, 0x45004500u);
+    a[2] = or_and(c0, ex, 0x42004200u);
+    a[3] = or_and(c1, ex, 0x42004200u);
+    a[4] = or_and(c2, ex, 0x45004500u);
+    a[5] = or_and(c3, ex, 0x45004500u);
+    a[6] = or_and(c2, ex, 0x42004200u);
+    a[7] = or_and(c3, ex, 0x42004200u);
+    a[8] = or_and(c4, ex, 0x45004500u);
+    a[9] = or_and(c5, ex, 0x45004500u);
+    a[10] = or_and(c4, ex, 0x42004200u);
+    a[11] = or_and(c5, ex, 0x42004200u);
+    a[12] = or_and(c6, ex, 0x45004500u);
+    a[13] = or_and(c7, ex, 0x45004500u);
+    a[14] = or_and(c6, ex, 0x42004200u);
+    a[15] = or_and(c7, ex, 0x42004200u);
+  }
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_f16((w[0] & 0x00010001u) | magic, 0x3c003c00u, 0xe400e400u);
-    a[1] = hfma2_f16((w[0] & 0x00020002u) | magic, 0x38003800u, 0xe000e000u);
-    a[2] = hfma2_f16((w[0] & 0x00040004u) | magic, 0x34003400u, 0xdc00dc00u);
-    a[3] = hfma2_f16((w[0] & 0x00080008u) | magic, 0x30003000u, 0xd800d800u);
-    a[4] = hfma2_f16((w[0] & 0x00100010u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[5] = hfma2_f16((w[0] & 0x00200020u) | magic, 0x28002800u, 0xd000d000u);
-    a[6] = hfma2_f16((w[0] & 0x00400040u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[7] = hfma2_f16((w[0] & 0x00800080u) | magic, 0x20002000u, 0xc800c800u);
-    a[8] = hfma2_f16((w[0] & 0x01000100u) | magic, 0x1c001c00u, 0xc400c400u);
-    a[9] = hfma2_f16((w[0] & 0x02000200u) | magic, 0x18001800u, 0xc000c000u);
-    a[10] = hfma2_f16(((w[0] >> 6) & 0x00100010u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[11] = hfma2_f16(((w[0] >> 6) & 0x00200020u) | magic, 0x28002800u, 0xd000d000u);
-    a[12] = hfma2_f16(((w[0] >> 6) & 0x00400040u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[13] = hfma2_f16(((w[0] >> 6) & 0x00800080u) | magic, 0x20002000u, 0xc800c800u);
-    a[14] = hfma2_f16(((w[0] >> 6) & 0x01000100u) | magic, 0x1c001c00u, 0xc400c400u);
-    a[15] = hfma2_f16(((w[0] >> 6) & 0x02000200u) | magic, 0x18001800u, 0xc000c000u);
+    const uint32_t c0 = (w[0] << 8);
+    const uint32_t c1 = (w[0] << 6);
+    const uint32_t c2 = (w[0] << 4);
+    const uint32_t c3 = (w[0] << 2);
+    const uint32_t c4 = w[0];
+    const uint32_t c5 = (w[0] >> 2);
+    const uint32_t c6 = (w[0] >> 4);
+    const uint32_t c7 = (w[0] >> 6);
+    a[0] = hfma2_f16(or_and(c0, magic, 0x45004500u), 0x3c003c00u, 0xc400c400u);
+    a[1] = hfma2_f16(or_and(c1, magic, 0x45004500u), 0x3c003c00u, 0xc400c400u);
+    a[2] = hfma2_f16(or_and(c0, magic, 0x42004200u), 0x3c003c00u, 0xc000c000u);
+    a[3] = hfma2_f16(or_and(c1, magic, 0x42004200u), 0x3c003c00u, 0xc000c000u);
+    a[4] = hfma2_f16(or_and(c2, magic, 0x45004500u), 0x3c003c00u, 0xc400c400u);
+    a[5] = hfma2_f16(or_and(c3, magic, 0x45004500u), 0x3c003c00u, 0xc400c400u);
+    a[6] = hfma2_f16(or_and(c2, magic, 0x42004200u), 0x3c003c00u, 0xc000c000u);
+    a[7] = hfma2_f16(or_and(c3, magic, 0x42004200u), 0x3c003c00u, 0xc000c000u);
+    a[8] = hfma2_f16(or_and(c4, magic, 0x45004500u), 0x3c003c00u, 0xc400c400u);
+    a[9] = hfma2_f16(or_and(c5, magic, 0x45004500u), 0x3c003c00u, 0xc400c400u);
+    a[10] = hfma2_f16(or_and(c4, magic, 0x42004200u), 0x3c003c00u, 0xc000c000u);
+    a[11] = hfma2_f16(or_and(c5, magic, 0x42004200u), 0x3c003c00u, 0xc000c000u);
+    a[12] = hfma2_f16(or_and(c6, magic, 0x45004500u), 0x3c003c00u, 0xc400c400u);
+    a[13] = hfma2_f16(or_and(c7, magic, 0x45004500u), 0x3c003c00u, 0xc400c400u);
+    a[14] = hfma2_f16(or_and(c6, magic, 0x42004200u), 0x3c003c00u, 0xc000c000u);
+    a[15] = hfma2_f16(or_and(c7, magic, 0x42004200u), 0x3c003c00u, 0xc000c000u);
   }
 };
 
-// u2 on f16 tensor cores: 34 instructions per 32 weights (16 lop3, 2 shifts, 16 fma)
+// u2 on f16 tensor cores: 38 instructions per 32 weights (16 lop3, 6 shifts, 16 fma)
 struct rec_f16_u2 {
   static constexpr const char *NAME = "f16_u2";
   static constexpr int BITS = 2;
@@ -52,25 +91,64 @@ struct rec_f16_u2 {
   static constexpr bool PROF = false;   // instrumented variant built
   static constexpr bool TUNE = true;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
-  static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr uint32_t MAGIC = 0x7c007c00u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = true;   // deq_off() built (an OFFSET recipe)
+  // offsets of the pairs of k half jk = 0, 1 (f16x2): 256, 16
+  static constexpr uint32_t OFFA0 = 0x5c005c00u;
+  static constexpr uint32_t OFFA1 = 0x4c004c00u;
+  // deq_off: value + offset per pair, 22 instructions per 32 weights (16 lop3, 6 shifts); ex = 0x7c007c00u through a register
+  __device__ __forceinline__ static void deq_off(const uint32_t *w, uint32_t *a, uint32_t ex) {
+    const uint32_t c0 = (w[0] << 2);
+    const uint32_t c1 = w[0];
+    const uint32_t c2 = (w[0] >> 6);
+    const uint32_t c3 = (w[0] >> 8);
+    const uint32_t c4 = (w[1] << 2);
+    const uint32_t c5 = w[1];
+    const uint32_t c6 = (w[1] >> 6);
+    const uint32_t c7 = (w[1] >> 8);
+    a[0] = or_and(c0, ex, 0x5c0c5c0cu);
+    a[1] = or_and(c1, ex, 0x5c0c5c0cu);
+    a[2] = or_and(c0, ex, 0x4cc04cc0u);
+    a[3] = or_and(c1, ex, 0x4cc04cc0u);
+    a[4] = or_and(c2, ex, 0x5c0c5c0cu);
+    a[5] = or_and(c3, ex, 0x5c0c5c0cu);
+    a[6] = or_and(c2, ex, 0x4cc04cc0u);
+    a[7] = or_and(c3, ex, 0x4cc04cc0u);
+    a[8] = or_and(c4, ex, 0x5c0c5c0cu);
+    a[9] = or_and(c5, ex, 0x5c0c5c0cu);
+    a[10] = or_and(c4, ex, 0x4cc04cc0u);
+    a[11] = or_and(c5, ex, 0x4cc04cc0u);
+    a[12] = or_and(c6, ex, 0x5c0c5c0cu);
+    a[13] = or_and(c7, ex, 0x5c0c5c0cu);
+    a[14] = or_and(c6, ex, 0x4cc04cc0u);
+    a[15] = or_and(c7, ex, 0x4cc04cc0u);
+  }
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_f16((w[0] & 0x00030003u) | magic, 0x3c003c00u, 0xe400e400u);
-    a[1] = hfma2_f16((w[0] & 0x000c000cu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[2] = hfma2_f16((w[0] & 0x00300030u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[3] = hfma2_f16((w[0] & 0x00c000c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[4] = hfma2_f16((w[0] & 0x03000300u) | magic, 0x1c001c00u, 0xc400c400u);
-    a[5] = hfma2_f16((w[1] & 0x00030003u) | magic, 0x3c003c00u, 0xe400e400u);
-    a[6] = hfma2_f16((w[1] & 0x000c000cu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[7] = hfma2_f16((w[1] & 0x00300030u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[8] = hfma2_f16((w[1] & 0x00c000c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[9] = hfma2_f16((w[1] & 0x03000300u) | magic, 0x1c001c00u, 0xc400c400u);
-    a[10] = hfma2_f16(((w[0] >> 6) & 0x00300030u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[11] = hfma2_f16(((w[0] >> 6) & 0x00c000c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[12] = hfma2_f16(((w[0] >> 6) & 0x03000300u) | magic, 0x1c001c00u, 0xc400c400u);
-    a[13] = hfma2_f16(((w[1] >> 6) & 0x00300030u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[14] = hfma2_f16(((w[1] >> 6) & 0x00c000c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[15] = hfma2_f16(((w[1] >> 6) & 0x03000300u) | magic, 0x1c001c00u, 0xc400c400u);
+    const uint32_t c0 = (w[0] << 2);
+    const uint32_t c1 = w[0];
+    const uint32_t c2 = (w[0] >> 6);
+    const uint32_t c3 = (w[0] >> 8);
+    const uint32_t c4 = (w[1] << 2);
+    const uint32_t c5 = w[1];
+    const uint32_t c6 = (w[1] >> 6);
+    const uint32_t c7 = (w[1] >> 8);
+    a[0] = hfma2_f16(or_and(c0, magic, 0x5c0c5c0cu), 0x3c003c00u, 0xdc00dc00u);
+    a[1] = hfma2_f16(or_and(c1, magic, 0x5c0c5c0cu), 0x3c003c00u, 0xdc00dc00u);
+    a[2] = hfma2_f16(or_and(c0, magic, 0x4cc04cc0u), 0x3c003c00u, 0xcc00cc00u);
+    a[3] = hfma2_f16(or_and(c1, magic, 0x4cc04cc0u), 0x3c003c00u, 0xcc00cc00u);
+    a[4] = hfma2_f16(or_and(c2, magic, 0x5c0c5c0cu), 0x3c003c00u, 0xdc00dc00u);
+    a[5] = hfma2_f16(or_and(c3, magic, 0x5c0c5c0cu), 0x3c003c00u, 0xdc00dc00u);
+    a[6] = hfma2_f16(or_and(c2, magic, 0x4cc04cc0u), 0x3c003c00u, 0xcc00cc00u);
+    a[7] = hfma2_f16(or_and(c3, magic, 0x4cc04cc0u), 0x3c003c00u, 0xcc00cc00u);
+    a[8] = hfma2_f16(or_and(c4, magic, 0x5c0c5c0cu), 0x3c003c00u, 0xdc00dc00u);
+    a[9] = hfma2_f16(or_and(c5, magic, 0x5c0c5c0cu), 0x3c003c00u, 0xdc00dc00u);
+    a[10] = hfma2_f16(or_and(c4, magic, 0x4cc04cc0u), 0x3c003c00u, 0xcc00cc00u);
+    a[11] = hfma2_f16(or_and(c5, magic, 0x4cc04cc0u), 0x3c003c00u, 0xcc00cc00u);
+    a[12] = hfma2_f16(or_and(c6, magic, 0x5c0c5c0cu), 0x3c003c00u, 0xdc00dc00u);
+    a[13] = hfma2_f16(or_and(c7, magic, 0x5c0c5c0cu), 0x3c003c00u, 0xdc00dc00u);
+    a[14] = hfma2_f16(or_and(c6, magic, 0x4cc04cc0u), 0x3c003c00u, 0xcc00cc00u);
+    a[15] = hfma2_f16(or_and(c7, magic, 0x4cc04cc0u), 0x3c003c00u, 0xcc00cc00u);
   }
 };
 
@@ -87,6 +165,7 @@ struct rec_f16_u3 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00070007u) | magic, 0x3c003c00u, 0xe400e400u);
     a[1] = hfma2_f16((w[0] & 0x00380038u) | magic, 0x30003000u, 0xd800d800u);
@@ -107,7 +186,7 @@ struct rec_f16_u3 {
   }
 };
 
-// u4 on f16 tensor cores: 36 instructions per 32 weights (16 lop3, 4 shifts, 16 fma)
+// u4 on f16 tensor cores: 40 instructions per 32 weights (16 lop3, 8 shifts, 16 fma)
 struct rec_f16_u4 {
   static constexpr const char *NAME = "f16_u4";
   static constexpr int BITS = 4;
@@ -118,25 +197,64 @@ struct rec_f16_u4 {
   static constexpr bool PROF = true;   // instrumented variant built
   static constexpr bool TUNE = true;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
-  static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
+  static constexpr uint32_t MAGIC = 0x7c007c00u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = true;   // deq_off() built (an OFFSET recipe)
+  // offsets of the pairs of k half jk = 0, 1 (f16x2): 256, 16
+  static constexpr uint32_t OFFA0 = 0x5c005c00u;
+  static constexpr uint32_t OFFA1 = 0x4c004c00u;
+  // deq_off: value + offset per pair, 24 instructions per 32 weights (16 lop3, 8 shifts); ex = 0x7c007c00u through a register
+  __device__ __forceinline__ static void deq_off(const uint32_t *w, uint32_t *a, uint32_t ex) {
+    const uint32_t c0 = (w[0] << 2);
+    const uint32_t c1 = (w[0] >> 6);
+    const uint32_t c2 = (w[1] << 2);
+    const uint32_t c3 = (w[1] >> 6);
+    const uint32_t c4 = (w[2] << 2);
+    const uint32_t c5 = (w[2] >> 6);
+    const uint32_t c6 = (w[3] << 2);
+    const uint32_t c7 = (w[3] >> 6);
+    a[0] = or_and(c0, ex, 0x5c3c5c3cu);
+    a[1] = or_and(c1, ex, 0x5c3c5c3cu);
+    a[2] = or_and(c0, ex, 0x4fc04fc0u);
+    a[3] = or_and(c1, ex, 0x4fc04fc0u);
+    a[4] = or_and(c2, ex, 0x5c3c5c3cu);
+    a[5] = or_and(c3, ex, 0x5c3c5c3cu);
+    a[6] = or_and(c2, ex, 0x4fc04fc0u);
+    a[7] = or_and(c3, ex, 0x4fc04fc0u);
+    a[8] = or_and(c4, ex, 0x5c3c5c3cu);
+    a[9] = or_and(c5, ex, 0x5c3c5c3cu);
+    a[10] = or_and(c4, ex, 0x4fc04fc0u);
+    a[11] = or_and(c5, ex, 0x4fc04fc0u);
+    a[12] = or_and(c6, ex, 0x5c3c5c3cu);
+    a[13] = or_and(c7, ex, 0x5c3c5c3cu);
+    a[14] = or_and(c6, ex, 0x4fc04fc0u);
+    a[15] = or_and(c7, ex, 0x4fc04fc0u);
+  }
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    a[0] = hfma2_f16((w[0] & 0x000f000fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[1] = hfma2_f16((w[0] & 0x00f000f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[2] = hfma2_f16((w[1] & 0x000f000fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[3] = hfma2_f16((w[1] & 0x00f000f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[4] = hfma2_f16((w[2] & 0x000f000fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[5] = hfma2_f16((w[2] & 0x00f000f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[6] = hfma2_f16((w[3] & 0x000f000fu) | magic, 0x3c003c00u, 0xe400e400u);
-    a[7] = hfma2_f16((w[3] & 0x00f000f0u) | magic, 0x2c002c00u, 0xd400d400u);
-    a[8] = hfma2_f16(((w[0] >> 6) & 0x003c003cu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[9] = hfma2_f16(((w[0] >> 6) & 0x03c003c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[10] = hfma2_f16(((w[1] >> 6) & 0x003c003cu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[11] = hfma2_f16(((w[1] >> 6) & 0x03c003c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[12] = hfma2_f16(((w[2] >> 6) & 0x003c003cu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[13] = hfma2_f16(((w[2] >> 6) & 0x03c003c0u) | magic, 0x24002400u, 0xcc00cc00u);
-    a[14] = hfma2_f16(((w[3] >> 6) & 0x003c003cu) | magic, 0x34003400u, 0xdc00dc00u);
-    a[15] = hfma2_f16(((w[3] >> 6) & 0x03c003c0u) | magic, 0x24002400u, 0xcc00cc00u);
+    const uint32_t c0 = (w[0] << 2);
+    const uint32_t c1 = (w[0] >> 6);
+    const uint32_t c2 = (w[1] << 2);
+    const uint32_t c3 = (w[1] >> 6);
+    const uint32_t c4 = (w[2] << 2);
+    const uint32_t c5 = (w[2] >> 6);
+    const uint32_t c6 = (w[3] << 2);
+    const uint32_t c7 = (w[3] >> 6);
+    a[0] = hfma2_f16(or_and(c0, magic, 0x5c3c5c3cu), 0x3c003c00u, 0xdc00dc00u);
+    a[1] = hfma2_f16(or_and(c1, magic, 0x5c3c5c3cu), 0x3c003c00u, 0xdc00dc00u);
+    a[2] = hfma2_f16(or_and(c0, magic, 0x4fc04fc0u), 0x3c003c00u, 0xcc00cc00u);
+    a[3] = hfma2_f16(or_and(c1, magic, 0x4fc04fc0u), 0x3c003c00u, 0xcc00cc00u);
+    a[4] = hfma2_f16(or_and(c2, magic, 0x5c3c5c3cu), 0x3c003c00u, 0xdc00dc00u);
+    a[5] = hfma2_f16(or_and(c3, magic, 0x5c3c5c3cu), 0x3c003c00u, 0xdc00dc00u);
+    a[6] = hfma2_f16(or_and(c2, magic, 0x4fc04fc0u), 0x3c003c00u, 0xcc00cc00u);
+    a[7] = hfma2_f16(or_and(c3, magic, 0x4fc04fc0u), 0x3c003c00u, 0xcc00cc00u);
+    a[8] = hfma2_f16(or_and(c4, magic, 0x5c3c5c3cu), 0x3c003c00u, 0xdc00dc00u);
+    a[9] = hfma2_f16(or_and(c5, magic, 0x5c3c5c3cu), 0x3c003c00u, 0xdc00dc00u);
+    a[10] = hfma2_f16(or_and(c4, magic, 0x4fc04fc0u), 0x3c003c00u, 0xcc00cc00u);
+    a[11] = hfma2_f16(or_and(c5, magic, 0x4fc04fc0u), 0x3c003c00u, 0xcc00cc00u);
+    a[12] = hfma2_f16(or_and(c6, magic, 0x5c3c5c3cu), 0x3c003c00u, 0xdc00dc00u);
+    a[13] = hfma2_f16(or_and(c7, magic, 0x5c3c5c3cu), 0x3c003c00u, 0xdc00dc00u);
+    a[14] = hfma2_f16(or_and(c6, magic, 0x4fc04fc0u), 0x3c003c00u, 0xcc00cc00u);
+    a[15] = hfma2_f16(or_and(c7, magic, 0x4fc04fc0u), 0x3c003c00u, 0xcc00cc00u);
   }
 };
 
@@ -153,6 +271,7 @@ struct rec_f16_u5 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x001f001fu) | magic, 0x3c003c00u, 0xe400e400u);
     a[1] = hfma2_f16((w[0] & 0x03e003e0u) | magic, 0x28002800u, 0xd000d000u);
@@ -186,6 +305,7 @@ struct rec_f16_u6 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x003f003fu) | magic, 0x3c003c00u, 0xe400e400u);
     a[1] = hfma2_f16((w[1] & 0x003f003fu) | magic, 0x3c003c00u, 0xe400e400u);
@@ -219,6 +339,7 @@ struct rec_f16_u7 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x007f007fu) | magic, 0x3c003c00u, 0xe400e400u);
     a[1] = hfma2_f16((w[1] & 0x007f007fu) | magic, 0x3c003c00u, 0xe400e400u);
@@ -252,6 +373,7 @@ struct rec_f16_u8 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
     a[1] = hfma2_f16((w[1] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
@@ -285,6 +407,7 @@ struct rec_f16_i2 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00030003u) | magic, 0x3c003c00u, 0xe402e402u);
     a[1] = hfma2_f16((w[0] & 0x000c000cu) | magic, 0x34003400u, 0xdc08dc08u);
@@ -318,6 +441,7 @@ struct rec_f16_i3 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00070007u) | magic, 0x3c003c00u, 0xe404e404u);
     a[1] = hfma2_f16((w[0] & 0x00380038u) | magic, 0x30003000u, 0xd820d820u);
@@ -351,6 +475,7 @@ struct rec_f16_i4 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x000f000fu) | magic, 0x3c003c00u, 0xe408e408u);
     a[1] = hfma2_f16((w[0] & 0x00f000f0u) | magic, 0x2c002c00u, 0xd480d480u);
@@ -384,6 +509,7 @@ struct rec_f16_i5 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x001f001fu) | magic, 0x3c003c00u, 0xe410e410u);
     a[1] = hfma2_f16((w[0] & 0x03e003e0u) | magic, 0x28002800u, 0xd200d200u);
@@ -417,6 +543,7 @@ struct rec_f16_i6 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x003f003fu) | magic, 0x3c003c00u, 0xe420e420u);
     a[1] = hfma2_f16((w[1] & 0x003f003fu) | magic, 0x3c003c00u, 0xe420e420u);
@@ -450,6 +577,7 @@ struct rec_f16_i7 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x007f007fu) | magic, 0x3c003c00u, 0xe440e440u);
     a[1] = hfma2_f16((w[1] & 0x007f007fu) | magic, 0x3c003c00u, 0xe440e440u);
@@ -483,6 +611,7 @@ struct rec_f16_i8 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe480e480u);
     a[1] = hfma2_f16((w[1] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe480e480u);
@@ -516,6 +645,7 @@ struct rec_f16_f3e1m1 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00070007u) | magic, 0x3c003c00u, 0xe404e404u);
     a[1] = hfma2_f16((w[0] & 0x00380038u) | magic, 0x30003000u, 0xd820d820u);
@@ -549,6 +679,7 @@ struct rec_f16_f3e2m0 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8c008c00u), 0x74007400u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x8c008c00u), 0x74007400u, 0x00000000u);
@@ -582,6 +713,7 @@ struct rec_f16_f4e1m2 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x000f000fu) | magic, 0x38003800u, 0xe008e008u);
     a[1] = hfma2_f16((w[0] & 0x00f000f0u) | magic, 0x28002800u, 0xd080d080u);
@@ -615,6 +747,7 @@ struct rec_f16_f4e2m1 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8e008e00u), 0x74007400u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x8e008e00u), 0x74007400u, 0x00000000u);
@@ -648,6 +781,7 @@ struct rec_f16_f4e3m0 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x9c009c00u), 0x6c006c00u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x9c009c00u), 0x6c006c00u, 0x00000000u);
@@ -681,6 +815,7 @@ struct rec_f16_f5e1m3 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x001f001fu) | magic, 0x34003400u, 0xdc10dc10u);
     a[1] = hfma2_f16((w[0] & 0x03e003e0u) | magic, 0x20002000u, 0xca00ca00u);
@@ -714,6 +849,7 @@ struct rec_f16_f5e2m2 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8f008f00u), 0x74007400u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x8f008f00u), 0x74007400u, 0x00000000u);
@@ -747,6 +883,7 @@ struct rec_f16_f5e3m1 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x9e009e00u), 0x6c006c00u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x9e009e00u), 0x6c006c00u, 0x00000000u);
@@ -780,6 +917,7 @@ struct rec_f16_f5e4m0 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0xbc00bc00u), 0x5c005c00u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0xbc00bc00u), 0x5c005c00u, 0x00000000u);
@@ -813,6 +951,7 @@ struct rec_f16_f6e1m4 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x003f003fu) | magic, 0x30003000u, 0xd820d820u);
     a[1] = hfma2_f16((w[1] & 0x003f003fu) | magic, 0x30003000u, 0xd820d820u);
@@ -846,6 +985,7 @@ struct rec_f16_f6e2m3 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8f808f80u), 0x74007400u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x8f808f80u), 0x74007400u, 0x00000000u);
@@ -879,6 +1019,7 @@ struct rec_f16_f6e3m2 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x9f009f00u), 0x6c006c00u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x9f009f00u), 0x6c006c00u, 0x00000000u);
@@ -912,6 +1053,7 @@ struct rec_f16_f6e4m1 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0xbe00be00u), 0x5c005c00u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0xbe00be00u), 0x5c005c00u, 0x00000000u);
@@ -945,6 +1087,7 @@ struct rec_bf16_f6e5m0 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x8f808f80u), 0x77807780u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x8f808f80u), 0x77807780u, 0x00000000u);
@@ -978,6 +1121,7 @@ struct rec_f16_f7e1m5 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x007f007fu) | magic, 0x2c002c00u, 0xd440d440u);
     a[1] = hfma2_f16((w[1] & 0x007f007fu) | magic, 0x2c002c00u, 0xd440d440u);
@@ -1011,6 +1155,7 @@ struct rec_f16_f7e2m4 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8fc08fc0u), 0x74007400u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x8fc08fc0u), 0x74007400u, 0x00000000u);
@@ -1044,6 +1189,7 @@ struct rec_f16_f7e3m3 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x9f809f80u), 0x6c006c00u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x9f809f80u), 0x6c006c00u, 0x00000000u);
@@ -1077,6 +1223,7 @@ struct rec_f16_f7e4m2 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0xbf00bf00u), 0x5c005c00u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0xbf00bf00u), 0x5c005c00u, 0x00000000u);
@@ -1110,6 +1257,7 @@ struct rec_bf16_f7e5m1 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x8fc08fc0u), 0x77807780u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x8fc08fc0u), 0x77807780u, 0x00000000u);
@@ -1143,6 +1291,7 @@ struct rec_bf16_f7e6m0 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x9f809f80u), 0x6f806f80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x9f809f80u), 0x6f806f80u, 0x00000000u);
@@ -1176,6 +1325,7 @@ struct rec_f16_f8e1m6 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x00ff00ffu) | magic, 0x28002800u, 0xd080d080u);
     a[1] = hfma2_f16((w[1] & 0x00ff00ffu) | magic, 0x28002800u, 0xd080d080u);
@@ -1209,6 +1359,7 @@ struct rec_f16_f8e2m5 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x8fe08fe0u), 0x74007400u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x8fe08fe0u), 0x74007400u, 0x00000000u);
@@ -1242,6 +1393,7 @@ struct rec_f16_f8e3m4 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0x9fc09fc0u), 0x6c006c00u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0x9fc09fc0u), 0x6c006c00u, 0x00000000u);
@@ -1275,6 +1427,7 @@ struct rec_f16_f8e4m3 {
   static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_f16((w[0] & 0xbf80bf80u), 0x5c005c00u, 0x00000000u);
     a[1] = hfma2_f16((w[1] & 0xbf80bf80u), 0x5c005c00u, 0x00000000u);
@@ -1308,6 +1461,7 @@ struct rec_bf16_f8e5m2 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x8fe08fe0u), 0x77807780u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x8fe08fe0u), 0x77807780u, 0x00000000u);
@@ -1341,6 +1495,7 @@ struct rec_bf16_f8e6m1 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x9fc09fc0u), 0x6f806f80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x9fc09fc0u), 0x6f806f80u, 0x00000000u);
@@ -1374,6 +1529,7 @@ struct rec_bf16_f8e7m0 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0xbf80bf80u), 0x5f805f80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0xbf80bf80u), 0x5f805f80u, 0x00000000u);
@@ -1407,6 +1563,7 @@ struct rec_bf16_u1 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x00010001u) | magic, 0x3f803f80u, 0xc300c300u);
     a[1] = hfma2_bf16((w[0] & 0x00020002u) | magic, 0x3f003f00u, 0xc280c280u);
@@ -1440,6 +1597,7 @@ struct rec_bf16_u2 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x00030003u) | magic, 0x3f803f80u, 0xc300c300u);
     a[1] = hfma2_bf16((w[0] & 0x000c000cu) | magic, 0x3e803e80u, 0xc200c200u);
@@ -1473,6 +1631,7 @@ struct rec_bf16_u3 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x00070007u) | magic, 0x3f803f80u, 0xc300c300u);
     a[1] = hfma2_bf16((w[0] & 0x00380038u) | magic, 0x3e003e00u, 0xc180c180u);
@@ -1506,6 +1665,7 @@ struct rec_bf16_u4 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3f803f80u, 0xc300c300u);
     a[1] = hfma2_bf16((w[1] & 0x000f000fu) | magic, 0x3f803f80u, 0xc300c300u);
@@ -1539,6 +1699,7 @@ struct rec_bf16_u5 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x001f001fu) | magic, 0x3f803f80u, 0xc300c300u);
     a[1] = hfma2_bf16((w[1] & 0x001f001fu) | magic, 0x3f803f80u, 0xc300c300u);
@@ -1572,6 +1733,7 @@ struct rec_bf16_u6 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x003f003fu) | magic, 0x3f803f80u, 0xc300c300u);
     a[1] = hfma2_bf16((w[1] & 0x003f003fu) | magic, 0x3f803f80u, 0xc300c300u);
@@ -1605,6 +1767,7 @@ struct rec_bf16_u7 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
     a[1] = hfma2_bf16((w[1] & 0x007f007fu) | magic, 0x3f803f80u, 0xc300c300u);
@@ -1638,6 +1801,7 @@ struct rec_bf16_u8 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16(hfma2_bf16((w[1] & 0x000f000fu) | magic, 0x41804180u, 0xc500c500u), 0x3f803f80u, hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3f803f80u, 0xc300c300u));
     a[1] = hfma2_bf16(hfma2_bf16((w[3] & 0x000f000fu) | magic, 0x41804180u, 0xc500c500u), 0x3f803f80u, hfma2_bf16((w[2] & 0x000f000fu) | magic, 0x3f803f80u, 0xc300c300u));
@@ -1671,6 +1835,7 @@ struct rec_bf16_i2 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x00030003u) | magic, 0x3f803f80u, 0xc302c302u);
     a[1] = hfma2_bf16((w[0] & 0x000c000cu) | magic, 0x3e803e80u, 0xc208c208u);
@@ -1704,6 +1869,7 @@ struct rec_bf16_i3 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x00070007u) | magic, 0x3f803f80u, 0xc304c304u);
     a[1] = hfma2_bf16((w[0] & 0x00380038u) | magic, 0x3e003e00u, 0xc1a0c1a0u);
@@ -1737,6 +1903,7 @@ struct rec_bf16_i4 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3f803f80u, 0xc308c308u);
     a[1] = hfma2_bf16((w[1] & 0x000f000fu) | magic, 0x3f803f80u, 0xc308c308u);
@@ -1770,6 +1937,7 @@ struct rec_bf16_i5 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x001f001fu) | magic, 0x3f803f80u, 0xc310c310u);
     a[1] = hfma2_bf16((w[1] & 0x001f001fu) | magic, 0x3f803f80u, 0xc310c310u);
@@ -1803,6 +1971,7 @@ struct rec_bf16_i6 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x003f003fu) | magic, 0x3f803f80u, 0xc320c320u);
     a[1] = hfma2_bf16((w[1] & 0x003f003fu) | magic, 0x3f803f80u, 0xc320c320u);
@@ -1836,6 +2005,7 @@ struct rec_bf16_i7 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x007f007fu) | magic, 0x3f803f80u, 0xc340c340u);
     a[1] = hfma2_bf16((w[1] & 0x007f007fu) | magic, 0x3f803f80u, 0xc340c340u);
@@ -1869,6 +2039,7 @@ struct rec_bf16_i8 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16(hfma2_bf16((w[1] & 0x000f000fu) | magic, 0x41804180u, 0xc500c500u), 0x3f803f80u, hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3f803f80u, 0xc380c380u));
     a[1] = hfma2_bf16(hfma2_bf16((w[3] & 0x000f000fu) | magic, 0x41804180u, 0xc500c500u), 0x3f803f80u, hfma2_bf16((w[2] & 0x000f000fu) | magic, 0x3f803f80u, 0xc380c380u));
@@ -1902,6 +2073,7 @@ struct rec_bf16_f3e1m1 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x00070007u) | magic, 0x3f803f80u, 0xc304c304u);
     a[1] = hfma2_bf16((w[0] & 0x00380038u) | magic, 0x3e003e00u, 0xc1a0c1a0u);
@@ -1935,6 +2107,7 @@ struct rec_bf16_f3e2m0 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81808180u), 0x7e807e80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x81808180u), 0x7e807e80u, 0x00000000u);
@@ -1968,6 +2141,7 @@ struct rec_bf16_f4e1m2 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3f003f00u, 0xc288c288u);
     a[1] = hfma2_bf16((w[1] & 0x000f000fu) | magic, 0x3f003f00u, 0xc288c288u);
@@ -2001,6 +2175,7 @@ struct rec_bf16_f4e2m1 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81c081c0u), 0x7e807e80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x81c081c0u), 0x7e807e80u, 0x00000000u);
@@ -2034,6 +2209,7 @@ struct rec_bf16_f4e3m0 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x83808380u), 0x7d807d80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x83808380u), 0x7d807d80u, 0x00000000u);
@@ -2067,6 +2243,7 @@ struct rec_bf16_f5e1m3 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x001f001fu) | magic, 0x3e803e80u, 0xc210c210u);
     a[1] = hfma2_bf16((w[1] & 0x001f001fu) | magic, 0x3e803e80u, 0xc210c210u);
@@ -2100,6 +2277,7 @@ struct rec_bf16_f5e2m2 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81e081e0u), 0x7e807e80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x81e081e0u), 0x7e807e80u, 0x00000000u);
@@ -2133,6 +2311,7 @@ struct rec_bf16_f5e3m1 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x83c083c0u), 0x7d807d80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x83c083c0u), 0x7d807d80u, 0x00000000u);
@@ -2166,6 +2345,7 @@ struct rec_bf16_f5e4m0 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x87808780u), 0x7b807b80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x87808780u), 0x7b807b80u, 0x00000000u);
@@ -2199,6 +2379,7 @@ struct rec_bf16_f6e1m4 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x003f003fu) | magic, 0x3e003e00u, 0xc1a0c1a0u);
     a[1] = hfma2_bf16((w[1] & 0x003f003fu) | magic, 0x3e003e00u, 0xc1a0c1a0u);
@@ -2232,6 +2413,7 @@ struct rec_bf16_f6e2m3 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81f081f0u), 0x7e807e80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x81f081f0u), 0x7e807e80u, 0x00000000u);
@@ -2265,6 +2447,7 @@ struct rec_bf16_f6e3m2 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x83e083e0u), 0x7d807d80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x83e083e0u), 0x7d807d80u, 0x00000000u);
@@ -2298,6 +2481,7 @@ struct rec_bf16_f6e4m1 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x87c087c0u), 0x7b807b80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x87c087c0u), 0x7b807b80u, 0x00000000u);
@@ -2331,6 +2515,7 @@ struct rec_bf16_f7e1m5 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x007f007fu) | magic, 0x3d803d80u, 0xc140c140u);
     a[1] = hfma2_bf16((w[1] & 0x007f007fu) | magic, 0x3d803d80u, 0xc140c140u);
@@ -2364,6 +2549,7 @@ struct rec_bf16_f7e2m4 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81f881f8u), 0x7e807e80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x81f881f8u), 0x7e807e80u, 0x00000000u);
@@ -2397,6 +2583,7 @@ struct rec_bf16_f7e3m3 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x83f083f0u), 0x7d807d80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x83f083f0u), 0x7d807d80u, 0x00000000u);
@@ -2430,6 +2617,7 @@ struct rec_bf16_f7e4m2 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x87e087e0u), 0x7b807b80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x87e087e0u), 0x7b807b80u, 0x00000000u);
@@ -2463,6 +2651,7 @@ struct rec_bf16_f8e1m6 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16(hfma2_bf16((w[1] & 0x000f000fu) | magic, 0x3f003f00u, 0xc280c280u), 0x3f803f80u, hfma2_bf16((w[0] & 0x000f000fu) | magic, 0x3d003d00u, 0xc100c100u));
     a[1] = hfma2_bf16(hfma2_bf16((w[3] & 0x000f000fu) | magic, 0x3f003f00u, 0xc280c280u), 0x3f803f80u, hfma2_bf16((w[2] & 0x000f000fu) | magic, 0x3d003d00u, 0xc100c100u));
@@ -2496,6 +2685,7 @@ struct rec_bf16_f8e2m5 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x81fc81fcu), 0x7e807e80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x81fc81fcu), 0x7e807e80u, 0x00000000u);
@@ -2529,6 +2719,7 @@ struct rec_bf16_f8e3m4 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x83f883f8u), 0x7d807d80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x83f883f8u), 0x7d807d80u, 0x00000000u);
@@ -2562,6 +2753,7 @@ struct rec_bf16_f8e4m3 {
   static constexpr bool BULK = false;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
     a[0] = hfma2_bf16((w[0] & 0x87f087f0u), 0x7b807b80u, 0x00000000u);
     a[1] = hfma2_bf16((w[1] & 0x87f087f0u), 0x7b807b80u, 0x00000000u);

@@ -104,6 +104,8 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
   // 128-k stages only (u3-u8): measured against every warp's own sum (native/NOTES.md section 25) u4 -1.8 to -2.4%,
   // u8 within 0.5%, and the 256-k stages of u1 / u2 slower (u2 +2%, u1 +7 to +14%: one warp sums 8 chunks a stage)
   constexpr bool XZ = XR && R::ZERO && LOWBIT_REGS_XZ && KSTEP == 128;
+  constexpr bool OFF = use_offs<R>();  // deq_off(), the offsets out in the fold (lowbit_kernel.cuh)
+  constexpr int XSP = OFF ? 32 : 16;   // XZ: floats per segment of xsp (OFF: sum(x) at 0-15, sum(offset x) at 16-31)
   constexpr int XS = regs_xslots(BITS, MT), XROW = xrow_bytes(KSTEP), XCH = KSTEP / 8;  // x ring; 16-byte chunks per row
   constexpr int XPT = 16 * XCH / THREADS;       // x chunks a thread copies per stage (1: KSTEP 128, 2: 256)
   static_assert(MT == 1 || (MT == 2 && XPT * THREADS == 16 * XCH), "one or two tiles; whole chunks per thread");
@@ -128,7 +130,7 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
   __shared__ int last_flag;
   // MT = 2: full barriers [0, XS), empty [XS, 2 XS); with zero points also xsp ready [2 XS, 3 XS)
   __shared__ __align__(8) uint64_t xbar[XR ? (XZ ? 3 : 2) * XS : 1];
-  __shared__ __align__(16) float xsp[XZ ? XS * CHUNKS * 16 : 1];  // [slot][segment][m]: sum of x over the segment
+  __shared__ __align__(16) float xsp[XZ ? XS * CHUNKS * XSP : 1];  // [slot][segment][m]: sum of x over the segment
   const uint32_t xbar0 = smem_u32(xbar);
 
   for (int i = tid; i < p.iters; i += THREADS) tab_sm[i] = p.stab[i];
@@ -245,6 +247,11 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
             tt[1] = fmaf(s0, aa[1], tt[1]);
             tt[2] = fmaf(s1, aa[2], tt[2]);
             tt[3] = fmaf(s1, aa[3], tt[3]);
+          } else if constexpr (OFF) {  // xs[mt][2..3]: sum of offset * x (rows 8-15 of the sum's mma)
+            tt[0] = fmaf(s0, aa[0] - xs[mt][2], fmaf(-sz0, xs[mt][0], tt[0]));
+            tt[1] = fmaf(s0, aa[1] - xs[mt][3], fmaf(-sz0, xs[mt][1], tt[1]));
+            tt[2] = fmaf(s1, aa[2] - xs[mt][2], fmaf(-sz1, xs[mt][0], tt[2]));
+            tt[3] = fmaf(s1, aa[3] - xs[mt][3], fmaf(-sz1, xs[mt][1], tt[3]));
           } else {
             tt[0] = fmaf(s0, aa[0], fmaf(-sz0, xs[mt][0], tt[0]));
             tt[1] = fmaf(s0, aa[1], fmaf(-sz0, xs[mt][1], tt[1]));
@@ -281,11 +288,18 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const uint2 v = *reinterpret_cast<const uint2 *>(sp + (nt * 8 + g) * 8);
-      const float sz0 = lo_f32<false>(v.x) * with_bias<R>(lo_f32<false>(v.y));
-      const float sz1 = hi_f32<false>(v.x) * with_bias<R>(hi_f32<false>(v.y));
+      const float s0 = lo_f32<false>(v.x), s1 = hi_f32<false>(v.x);
+      const float sz0 = s0 * with_bias<R>(lo_f32<false>(v.y));
+      const float sz1 = s1 * with_bias<R>(hi_f32<false>(v.y));
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         float *tt = total[nt][mt];
+        if constexpr (OFF) {  // and the offsets' term, - s * sum(offset x)
+          tt[0] = fmaf(-s0, xs[mt][2], tt[0]);
+          tt[1] = fmaf(-s0, xs[mt][3], tt[1]);
+          tt[2] = fmaf(-s1, xs[mt][2], tt[2]);
+          tt[3] = fmaf(-s1, xs[mt][3], tt[3]);
+        }
         tt[0] = fmaf(-sz0, xs[mt][0], tt[0]);
         tt[1] = fmaf(-sz0, xs[mt][1], tt[1]);
         tt[2] = fmaf(-sz1, xs[mt][0], tt[2]);
@@ -293,15 +307,23 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
       }
     }
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) xs[mt][0] = xs[mt][1] = 0.f;
+    for (int mt = 0; mt < MT; ++mt) {
+      xs[mt][0] = xs[mt][1] = 0.f;
+      if constexpr (OFF) xs[mt][2] = xs[mt][3] = 0.f;
+    }
   };
   // XZ: add this block-stage's segment j of xsp (slot cs) to xs
   auto xs_add = [&](int cs, int j) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-      const float2 q = *reinterpret_cast<const float2 *>(xsp + (cs * CHUNKS + j) * 16 + mt * 8 + 2 * t);
+      const float2 q = *reinterpret_cast<const float2 *>(xsp + (cs * CHUNKS + j) * XSP + mt * 8 + 2 * t);
       xs[mt][0] += q.x;
       xs[mt][1] += q.y;
+      if constexpr (OFF) {
+        const float2 o = *reinterpret_cast<const float2 *>(xsp + (cs * CHUNKS + j) * XSP + 16 + mt * 8 + 2 * t);
+        xs[mt][2] += o.x;
+        xs[mt][3] += o.y;
+      }
     }
   };
 
@@ -309,6 +331,12 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
   uint32_t magic = p.magic;
   pin(one);
   pin(magic);
+  uint32_t oa[2];  // OFF: rows 8-15 of the sum's A tile (offa, lowbit_kernel.cuh)
+#pragma unroll
+  for (int jk = 0; jk < 2; ++jk) {
+    oa[jk] = offa<R>(jk);
+    if constexpr (OFF) pin(oa[jk]);
+  }
   uint16_t *yo = reinterpret_cast<uint16_t *>(p.y);
   // this lane's B-fragment rows (see the top): MT = 1 in x whole, MT = 2 in a ring slot (+ slot * 16 * XROW)
   const uint8_t *xlane = XR ? xsm + min(g, p.MX - 1) * XROW + t * 16 : xsm + min(g, p.MX - 1) * xrow + t * 16;
@@ -359,15 +387,24 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
               const uint4 q = *reinterpret_cast<const uint4 *>(xst + (mt ? xoff1 : 0) + kg * 64);
-              mma16816<false>(xq[mt], one, one, one, one, q.x, q.y);
-              mma16816<false>(xq[mt], one, one, one, one, q.z, q.w);
+              if constexpr (OFF) {
+                mma16816<false>(xq[mt], one, oa[0], one, oa[1], q.x, q.y);
+                mma16816<false>(xq[mt], one, oa[0], one, oa[1], q.z, q.w);
+              } else {
+                mma16816<false>(xq[mt], one, one, one, one, q.x, q.y);
+                mma16816<false>(xq[mt], one, one, one, one, q.z, q.w);
+              }
             }
             if (gend(kg, fmask) || kg == CHUNKS - 1) {  // a segment ends: lanes of row 0 store its sums
               if (g == 0)
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
-                  *reinterpret_cast<float2 *>(xsp + (cslot * CHUNKS + j) * 16 + mt * 8 + 2 * t) =
+                for (int mt = 0; mt < MT; ++mt) {
+                  *reinterpret_cast<float2 *>(xsp + (cslot * CHUNKS + j) * XSP + mt * 8 + 2 * t) =
                       make_float2(xq[mt][0], xq[mt][1]);
+                  if constexpr (OFF)
+                    *reinterpret_cast<float2 *>(xsp + (cslot * CHUNKS + j) * XSP + 16 + mt * 8 + 2 * t) =
+                        make_float2(xq[mt][2], xq[mt][3]);
+                }
 #pragma unroll
               for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -389,7 +426,8 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
           bx[mt][0] = q.x, bx[mt][1] = q.y, bx[mt][2] = q.z, bx[mt][3] = q.w;
         }
         uint32_t a[16];
-        R::deq(&wr[d][kg * BITS], a, magic);
+        if constexpr (OFF) R::deq_off(&wr[d][kg * BITS], a, magic);
+        else R::deq(&wr[d][kg * BITS], a, magic);
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
 #pragma unroll
@@ -399,9 +437,14 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
             for (int mt = 0; mt < MT; ++mt)
               mma16816<false>(acc[nt][mt], a[i0], a[i0 + 1], a[i0 + 2], a[i0 + 3], bx[mt][2 * r], bx[mt][2 * r + 1]);
           }
-          if constexpr (R::ZERO && !XZ)
+          if constexpr (OFF && !XZ) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+              mma16816<false>(xs[mt], one, oa[0], one, oa[1], bx[mt][2 * r], bx[mt][2 * r + 1]);
+          } else if constexpr (R::ZERO && !XZ) {
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) mma16816<false>(xs[mt], one, one, one, one, bx[mt][2 * r], bx[mt][2 * r + 1]);
+          }
         }
         if (gend(kg, fmask)) {
           if (!XZ || kg < CHUNKS - 1) {  // XZ: a group that ends with the stage is folded after the loop
