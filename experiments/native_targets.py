@@ -54,18 +54,19 @@ def _why(r) -> str:
 
 
 def _limit(r) -> str:
-    """The measured limit of a point that reads slower than cuBLAS does (native/NOTES.md sections 9, 23-28)."""
+    """The measured limit of a point that reads slower than cuBLAS does (native/NOTES.md sections 9, 23-29)."""
     if r["K"] * r["N"] <= 8192 * 8192:
         return "fixed part (launch, tail, flush write-back: ~8-17 us per call) against a floor of a few us"
-    if bits(r["weight_dtype"]) <= 2:   # native/NOTES.md sections 26 and 28
-        return ("issue-bound: ncu at (8192, 57344) M=1: u1 1.94-2.17, u2 2.01 instructions issued per weight (i4 2.21: "
-                "the dequantize and the mma cost per weight, not per bit) at 51-57% of issue slots, DRAM 27-46% busy")
-    if r.get("variant") == "regs" and r["M"] > 8:   # two tiles: native/NOTES.md sections 24, 26 and 28
-        return ("issue-bound at two tiles (regs; ncu at (8192, 57344) M=16: u4 3.89 / i4 3.32 instructions issued per "
-                "weight at 60 / 57% of issue slots, DRAM 50 / 54% busy)")
-    if r.get("variant") == "regs":   # native/NOTES.md sections 23, 25, 26 and 28
-        return ("the loop (regs; ncu at (8192, 57344) M=1: u4 2.60 / i4 2.21 instructions issued per weight at 55 / 51% "
-                "of issue slots, DRAM 70 / 74% busy, 1.0-1.2 eligible warps per scheduler)")
+    if bits(r["weight_dtype"]) <= 2:   # native/NOTES.md sections 26, 28 and 29
+        return ("issue- and latency-bound: ncu at (8192, 57344) M=1 (regs): u1 1.65, u2 1.62 instructions issued per "
+                "weight (i4 2.21: the dequantize and the mma cost per weight, not per bit) at 45-48% of issue slots with "
+                "~1.0-1.1 eligible warps per scheduler, DRAM 30-50% busy")
+    if r.get("variant") == "regs" and r["M"] > 8:   # two tiles: native/NOTES.md sections 24, 26, 28 and 29
+        return ("issue-bound at two tiles (regs; ncu at (8192, 57344) M=16: u4 3.63 / i4 3.32 instructions issued per "
+                "weight at 60 / 57% of issue slots, DRAM 53 / 54% busy)")
+    if r.get("variant") == "regs":   # native/NOTES.md sections 23, 25, 26, 28 and 29
+        return ("the loop (regs; ncu at (8192, 57344) M=1: u4 2.20 / i4 2.21 instructions issued per weight at 50 / 51% "
+                "of issue slots, DRAM 74 / 74% busy, ~1.0 eligible warps per scheduler)")
     return "loop stalls (ncu: ~1 eligible warp per scheduler, 46-57% of issue slots used) plus ~8-12 us fixed"
 
 

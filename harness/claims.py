@@ -352,15 +352,17 @@ def _tilus_roofline(ev, spec):
     bw = ev.bandwidth(exp)
     t = d[(d["impl"] == "tilus") & (d["M"] == 1)]
     frac = t[t["metric"] == "roofline_frac"].groupby(["K", "N", "weight_dtype"])["value"].median()
-    floor = t[t["metric"] == "floor_ms"].groupby(["K", "N", "weight_dtype"])["value"].median()
     if frac.empty or not bw:
         return Outcome(why=ev.missing(exp, "tilus") + "; tilus rows at M = 1 with floor_ms would make it measurable")
     card = GpuSpec.load(GPU_CARD[spec.paper_gpu])
     p = _paper_kernels(ev, 10)
     p = p[(p["impl"] == "tilus") & (p["M"] == 1)].set_index(["K", "N", "weight_dtype"])["latency_ms"]
-    common = floor.index.intersection(p.index)
-    # the same bytes (our floor x our measured bandwidth) over the paper GPU's datasheet bandwidth
-    paper = [floor[i] * bw / card.hbm_bw_tbs / p[i] for i in common]
+    # the same bytes (each point's bandwidth_tbs x latency_ms: what the row read, independent of which job's measured
+    # bandwidth its floor used) over the paper GPU's datasheet bandwidth
+    per = lambda m: t[t["metric"] == m].groupby(["K", "N", "weight_dtype"])["value"].median()
+    tb_ms = per("bandwidth_tbs") * per("latency_ms")
+    common = tb_ms.dropna().index.intersection(p.index)
+    paper = [tb_ms[i] / card.hbm_bw_tbs / p[i] for i in common]
     why = (f"our kernel in Tilus 0.2.0 at M = 1 over {len(frac)} shapes x types on {ev.where(exp)}, floor from "
            f"that bandwidth; the paper's fraction over the same {len(common)} points uses "
            f"{paper_where(spec.paper_gpu)}, for no measured L40S bandwidth is published")
