@@ -58,7 +58,7 @@ def _limit(r) -> str:
     if r["K"] * r["N"] <= 8192 * 8192:
         return "fixed part (launch, tail, flush write-back: ~8-17 us per call) against a floor of a few us"
     if bits(r["weight_dtype"]) <= 2:   # native/NOTES.md sections 26, 28 and 29
-        return ("issue- and latency-bound: ncu at (8192, 57344) M=1 (regs): u1 1.65, u2 1.62 instructions issued per "
+        return ("issue-bound with few eligible warps: ncu at (8192, 57344) M=1 (regs): u1 1.65, u2 1.62 instructions issued per "
                 "weight (i4 2.21: the dequantize and the mma cost per weight, not per bit) at 45-48% of issue slots with "
                 "~1.0-1.1 eligible warps per scheduler, DRAM 30-50% busy")
     if r.get("variant") == "regs" and r["M"] > 8:   # two tiles: native/NOTES.md sections 24, 26, 28 and 29
