@@ -294,23 +294,26 @@ FOLD_BIAS = False
 # code's lowest mantissa bit: the first P of the width's pair for the pairs of k half jk = 0, the second for jk = 1.
 # The decode kernels' deq_off() stops there (no fma) and subtract the offsets with the mma that sums x for the zero
 # point already (its A rows 8-15 carry the offsets: one constant A tile for every k-block, as the tile of ones was);
-# every other kernel runs deq(), one exact fma more per pair.  P >= 2 keeps the offsets <= 256 (the codes' part of
-# the f32 accumulators loses at most ~8 of its 24 bits; flushed at every group's end).
+# every other kernel runs deq(), one exact fma more per pair.  The offset is at most ~128x the codes' mean (u1 at
+# P = 8: 4 over 0.5; u2 / u4 at P = 2: 256 over 1.5 / 7.5; 8-bit codes at P = 0: 1024 over ~128), so the codes'
+# part of the f32 accumulators keeps >= ~17 of its 24 bits; native.check's per-channel cases hold it.
 OFFSET = True
 OFFSET_SHIFTS = {1: ((-8, -6, -4, -2, 0, 2, 4, 6), (8, 9)),   # width: (shifts of each word, the two P)
                  2: ((-2, 0, 6, 8), (2, 6)),
-                 4: ((-2, 6), (2, 6))}
+                 4: ((-2, 6), (2, 6)),
+                 8: ((0, 6), (0, 2))}
 
 
 def offset_ok(fmt: WeightFormat, tgt: Target) -> bool:
-    """Formats that get an OFFSET recipe: f16 uint codes of the OFFSET_SHIFTS widths (1, 2, 4 bits)."""
-    return OFFSET and tgt.name == "f16" and stored_kind(fmt) == "uint" and fmt.bits in OFFSET_SHIFTS
+    """Formats that get an OFFSET recipe: f16 uint and int (offset binary) codes of the OFFSET_SHIFTS widths."""
+    return OFFSET and tgt.name == "f16" and stored_kind(fmt) in ("uint", "int") and fmt.bits in OFFSET_SHIFTS
 
 
 def _pack_offset(fmt_name: str, target: str) -> Recipe:
     """The OFFSET packing: code j of word w at bits b j of each half, shifted by s (OFFSET_SHIFTS) to P = b j - s;
     the codes of each P fill whole (k-block r, k half jk) groups of four pairs (n16 tile nt, row half jn), the
-    groups in order of P.  deq() turns 2^(10 - P) + code into code with one fma (c1 = 1, c2 = -2^(10 - P))."""
+    groups in order of P.  deq() turns 2^(10 - P) + code into the value (code - 2^(b-1) for int: offset binary) with
+    one fma (c1 = 1, c2 = -(2^(10 - P) + that offset)); Recipe.offs is what deq_off() leaves in over the value."""
     fmt = parse_format(fmt_name)
     tgt = TARGETS[target]
     b = fmt.bits
@@ -329,15 +332,16 @@ def _pack_offset(fmt_name: str, target: str) -> Recipe:
     if len(seen) != 16 or any(len(v) != 8 for v in slots.values()):
         raise RuntimeError(f"{fmt_name}: OFFSET_SHIFTS {OFFSET_SHIFTS[b]} do not put 8 codes at each P")
     pairs: list = [None] * PAIRS
+    ob = float(1 << (b - 1)) if stored_kind(fmt) == "int" else 0.0
     for jk, P in enumerate(ps):
         off = 2.0 ** (tgt.mant - P)
         for m, (w, s, j) in enumerate(slots[P]):      # (k-block r, n16 tile nt, row half jn)
             r, nt, jn = m >> 2, (m >> 1) & 1, m & 1
-            t = Term(enc(off, tgt), (Piece(w, s, ((1 << b) - 1) << P),), enc(1.0, tgt), enc(-off, tgt),
+            t = Term(enc(off, tgt), (Piece(w, s, ((1 << b) - 1) << P),), enc(1.0, tgt), enc(-off - ob, tgt),
                      tuple(range(b)), tuple(P + cb for cb in range(b)), tuple((w, b * j + cb) for cb in range(b)))
             pairs[8 * r + 4 * nt + 2 * jk + jn] = (t,)
-    offs = tuple(float(dec(t[0].magic, tgt)[()]) for t in pairs)
-    return Recipe(fmt.name, target, b, "int", True, tuple(pairs), 0.0, offs)
+    offs = tuple(float(dec(t[0].magic, tgt)[()]) + ob for t in pairs)
+    return Recipe(fmt.name, target, b, "int", stored_kind(fmt) == "uint", tuple(pairs), 0.0, offs)
 
 
 @lru_cache(maxsize=None)
@@ -497,7 +501,8 @@ def emulate_chunk(rec: Recipe, words: np.ndarray) -> np.ndarray:
 
 def emulate_chunk_off(rec: Recipe, words: np.ndarray) -> np.ndarray:
     """What an OFFSET recipe's deq_off() computes: (shifted word | EXP) & (mask | magic) per pair, EXP the f16
-    exponent field (render_recipe) -> values [..., 16 pairs, 2 halves] float64 (code + rec.offs[pair])."""
+    exponent field (render_recipe) -> values [..., 16 pairs, 2 halves] float64: stored code + 2^(10 - P), which is
+    the code's value + rec.offs[pair]."""
     tgt = TARGETS[rec.target]
     w = np.asarray(words).astype(np.uint64) & np.uint64(0xFFFFFFFF)
     out = np.zeros(w.shape[:-1] + (PAIRS, 2), dtype=np.float64)

@@ -94,8 +94,9 @@ def test_recipe_costs_are_what_the_header_says():
     assert LL._pack("u4", "f16", False).cost()["per_weight"] == 1.125     # 1 lop3 + 1 hfma2 per pair, 1 shf / 4 pairs
     assert LL._pack("u1", "f16", False).cost()["per_weight"] < 1.05
     # OFFSET recipes: deq_off() = 1 lop3 per pair + the shifts (u1 7, u2 6, u4 8 per chunk); deq() 1 hfma2 more
-    offs = {f: LL.build_recipe(f, "f16") for f in ("u1", "u2", "u4")}
-    assert {f: r.cost_off()["total"] for f, r in offs.items()} == {"u1": 23, "u2": 22, "u4": 24}
+    offs = {f: LL.build_recipe(f, "f16") for f in ("u1", "u2", "u4", "u8", "i2", "i4", "i8")}
+    assert {f: r.cost_off()["total"] for f, r in offs.items()} == {"u1": 23, "u2": 22, "u4": 24, "u8": 24, "i2": 22,
+                                                                  "i4": 24, "i8": 24}
     assert all(r.cost()["total"] == r.cost_off()["total"] + 16 and r.deq_cost() == r.cost_off() for r in offs.values())
     assert all(f"deq_off: value + offset per pair, {r.cost_off()['total']} instructions" in head for r in offs.values())
     # the magic number left in (Recipe.bias, FOLD_BIAS): u4 = per word 4 lop3, 2 shf, 1 hfma2 per pair whose code is
@@ -109,27 +110,32 @@ def test_recipe_costs_are_what_the_header_says():
             assert LL._pack(r.fmt, r.target, True).cost()["total"] < LL._pack(r.fmt, r.target, False).cost()["total"]
 
 
-@pytest.mark.parametrize("fmt", ["u1", "u2", "u4"])
+@pytest.mark.parametrize("fmt", ["u1", "u2", "u4", "u8", "i2", "i4", "i8"])
 def test_offset_recipes(fmt):
-    """OFFSET packing (lowbit_layout._pack_offset): deq_off() gives code + offset, the offset a power of two <= 256 that
-    depends on the pair's k half only (the kernels' one A tile {1, OFFA0, 1, OFFA1} for the sum's mma), and deq()
-    the exact code; every bit pattern of every code of the chunk is placed once (random and extreme codes)."""
+    """OFFSET packing (lowbit_layout._pack_offset): deq_off() gives value + offset, the offset a power of two (plus
+    2^(b-1) for int codes, stored offset binary) that depends on the pair's k half only (the kernels' one A tile
+    {1, OFFA0, 1, OFFA1} for the sum's mma), and deq() the exact value; every bit of every code of the chunk is placed
+    once (random and extreme codes)."""
+    f = parse_format(fmt)
     rec = LL.build_recipe(fmt, "f16")
-    assert rec.offs and rec.bias == 0.0 and rec.zero and LL.offset_ok(parse_format(fmt), LL.F16)
+    ob = 2.0 ** (f.bits - 1) if f.kind == "int" else 0.0
+    assert rec.offs and rec.bias == 0.0 and rec.zero == (f.kind == "uint") and LL.offset_ok(f, LL.F16)
     assert all(rec.offs[i] == rec.off_groups[(i >> 1) & 1] for i in range(LL.PAIRS))
-    assert set(rec.off_groups) <= {2.0 ** e for e in range(1, 9)} and len(set(rec.off_groups)) == 2
+    assert {o - ob for o in rec.off_groups} <= {2.0 ** e for e in range(1, 11)} and len(set(rec.off_groups)) == 2
     hi = (1 << rec.bits) - 1
     codes = torch.cat([torch.randint(0, hi + 1, (500, LL.PAIRS, 2), generator=torch.Generator().manual_seed(7)),
                        torch.full((1, LL.PAIRS, 2), hi), torch.zeros(1, LL.PAIRS, 2, dtype=torch.int64)])
     words = LL.pack_chunk(rec, codes).numpy()
-    assert np.array_equal(LL.emulate_chunk(rec, words), codes.numpy())
-    assert np.array_equal(LL.emulate_chunk_off(rec, words), codes.numpy() + np.array(rec.offs)[None, :, None])
-    # one code bit -> exactly one output bit: flip each stored bit of a zero chunk and see one value move
+    vals = codes.numpy() - ob
+    assert np.array_equal(LL.emulate_chunk(rec, words), vals)
+    assert np.array_equal(LL.emulate_chunk_off(rec, words), vals + np.array(rec.offs)[None, :, None])
+    # one stored bit -> exactly one value moves, by 2^(its bit within the code)
+    base = LL.emulate_chunk(rec, np.zeros((1, rec.bits), dtype=np.int64))
     for w in range(rec.bits):
         for bit in range(32):
             one = np.zeros((1, rec.bits), dtype=np.int64)
             one[0, w] = 1 << bit
-            d = LL.emulate_chunk(rec, one)
+            d = LL.emulate_chunk(rec, one) - base
             assert (d != 0).sum() == 1 and d.max() == 2 ** ((bit % 16) % rec.bits)
     head = (build.INCLUDE / "lowbit_recipes.cuh").read_text()
     struct = head.split(f"struct rec_f16_{fmt} {{")[1].split("};")[0]

@@ -297,7 +297,12 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         float *tt = total[nt][mt], *aa = acc[nt][mt];
-        if constexpr (OFF) {  // xs[mt][2..3]: sum of offset * x (rows 8-15 of the sum's mma)
+        if constexpr (OFF && !R::ZERO) {  // int codes: xs[mt][2..3] = sum of offset * x, no zero point
+          tt[0] = fmaf(s0, aa[0] - xs[mt][2], tt[0]);
+          tt[1] = fmaf(s0, aa[1] - xs[mt][3], tt[1]);
+          tt[2] = fmaf(s1, aa[2] - xs[mt][2], tt[2]);
+          tt[3] = fmaf(s1, aa[3] - xs[mt][3], tt[3]);
+        } else if constexpr (OFF) {  // xs[mt][2..3]: sum of offset * x (rows 8-15 of the sum's mma)
           const float sz0 = s0 * z0, sz1 = s1 * z1;
           tt[0] = fmaf(s0, aa[0] - xs[mt][2], fmaf(-sz0, xs[mt][0], tt[0]));
           tt[1] = fmaf(s0, aa[1] - xs[mt][3], fmaf(-sz0, xs[mt][1], tt[1]));
@@ -319,7 +324,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
         for (int e = 0; e < 4; ++e) aa[e] = 0.f;
       }
     }
-    if constexpr (R::ZERO) {
+    if constexpr (R::ZERO || OFF) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll

@@ -265,10 +265,17 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           float *tt = total[nt][mt], *aa = acc[nt][mt];
-          tt[0] = fmaf(s0, aa[0], tt[0]);
-          tt[1] = fmaf(s0, aa[1], tt[1]);
-          tt[2] = fmaf(s1, aa[2], tt[2]);
-          tt[3] = fmaf(s1, aa[3], tt[3]);
+          if constexpr (OFF) {  // int codes: xs[mt][2..3] = sum of offset * x (no zero point)
+            tt[0] = fmaf(s0, aa[0] - xs[mt][2], tt[0]);
+            tt[1] = fmaf(s0, aa[1] - xs[mt][3], tt[1]);
+            tt[2] = fmaf(s1, aa[2] - xs[mt][2], tt[2]);
+            tt[3] = fmaf(s1, aa[3] - xs[mt][3], tt[3]);
+          } else {
+            tt[0] = fmaf(s0, aa[0], tt[0]);
+            tt[1] = fmaf(s0, aa[1], tt[1]);
+            tt[2] = fmaf(s1, aa[2], tt[2]);
+            tt[3] = fmaf(s1, aa[3], tt[3]);
+          }
         }
       }
 #pragma unroll
@@ -276,7 +283,7 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[nt][mt][e] = 0.f;
     }
-    if (R::ZERO && zt) {
+    if ((R::ZERO || OFF) && zt) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
