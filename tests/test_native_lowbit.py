@@ -94,11 +94,13 @@ def test_recipe_costs_are_what_the_header_says():
     assert LL._pack("u4", "f16", False).cost()["per_weight"] == 1.125     # 1 lop3 + 1 hfma2 per pair, 1 shf / 4 pairs
     assert LL._pack("u1", "f16", False).cost()["per_weight"] < 1.05
     # OFFSET recipes: deq_off() = 1 lop3 per pair + the shifts (u1 7, u2 6, u4 8 per chunk); deq() 1 hfma2 more
-    offs = {f: LL.build_recipe(f, "f16") for f in ("u1", "u2", "u4", "u8", "i2", "i4", "i8")}
+    offs = {f: LL._pack_offset(f, "f16") for f in ("u1", "u2", "u4", "u8", "i2", "i4", "i8")}
     assert {f: r.cost_off()["total"] for f, r in offs.items()} == {"u1": 23, "u2": 22, "u4": 24, "u8": 24, "i2": 22,
                                                                   "i4": 24, "i8": 24}
     assert all(r.cost()["total"] == r.cost_off()["total"] + 16 and r.deq_cost() == r.cost_off() for r in offs.values())
-    assert all(f"deq_off: value + offset per pair, {r.cost_off()['total']} instructions" in head for r in offs.values())
+    assert all(f"deq_off: value + offset per pair, {offs[f].cost_off()['total']} instructions" in head
+               for f in LL.OFFSET_FORMATS)
+    assert [r.name for r in LL.all_recipes() if r.offs] == [f"f16_{f}" for f in LL.OFFSET_FORMATS]
     # the magic number left in (Recipe.bias, FOLD_BIAS): u4 = per word 4 lop3, 2 shf, 1 hfma2 per pair whose code is
     # not at the mantissa's bottom; u8 = per word 2 lop3 + 1 shf
     assert LL._pack("u4", "f16", True).cost()["per_weight"] == 0.875
@@ -117,9 +119,10 @@ def test_offset_recipes(fmt):
     {1, OFFA0, 1, OFFA1} for the sum's mma), and deq() the exact value; every bit of every code of the chunk is placed
     once (random and extreme codes)."""
     f = parse_format(fmt)
-    rec = LL.build_recipe(fmt, "f16")
+    rec = LL._pack_offset(fmt, "f16")
+    assert LL.offset_packable(f, LL.F16) and (LL.build_recipe(fmt, "f16") == rec) == (fmt in LL.OFFSET_FORMATS)
     ob = 2.0 ** (f.bits - 1) if f.kind == "int" else 0.0
-    assert rec.offs and rec.bias == 0.0 and rec.zero == (f.kind == "uint") and LL.offset_ok(f, LL.F16)
+    assert rec.offs and rec.bias == 0.0 and rec.zero == (f.kind == "uint")
     assert all(rec.offs[i] == rec.off_groups[(i >> 1) & 1] for i in range(LL.PAIRS))
     assert {o - ob for o in rec.off_groups} <= {2.0 ** e for e in range(1, 11)} and len(set(rec.off_groups)) == 2
     hi = (1 << rec.bits) - 1
@@ -137,10 +140,11 @@ def test_offset_recipes(fmt):
             one[0, w] = 1 << bit
             d = LL.emulate_chunk(rec, one) - base
             assert (d != 0).sum() == 1 and d.max() == 2 ** ((bit % 16) % rec.bits)
-    head = (build.INCLUDE / "lowbit_recipes.cuh").read_text()
-    struct = head.split(f"struct rec_f16_{fmt} {{")[1].split("};")[0]
+    struct = LL.render_recipe(rec)
     assert "static constexpr bool OFFS = true;" in struct and "deq_off(" in struct and "hfma2_f16" in struct
     assert f"MAGIC = 0x{LL.OFF_EXP:08x}u" in struct
+    head = (build.INCLUDE / "lowbit_recipes.cuh").read_text()
+    assert (struct in head) == (fmt in LL.OFFSET_FORMATS)
 
 
 def test_generated_header_is_up_to_date():

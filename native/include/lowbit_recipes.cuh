@@ -371,84 +371,30 @@ struct rec_f16_u8 {
   static constexpr bool PROF = false;   // instrumented variant built
   static constexpr bool TUNE = true;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
-  static constexpr uint32_t MAGIC = 0x7c007c00u;  // pass to deq() through a register
+  static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
-  static constexpr bool OFFS = true;   // deq_off() built (an OFFSET recipe)
-  // offsets of the pairs of k half jk = 0, 1 (f16x2): 1024, 256
-  static constexpr uint32_t OFFA0 = 0x64006400u;
-  static constexpr uint32_t OFFA1 = 0x5c005c00u;
-  // deq_off: value + offset per pair, 24 instructions per 32 weights (16 lop3, 8 shifts); ex = 0x7c007c00u through a register
-  __device__ __forceinline__ static void deq_off(const uint32_t *w, uint32_t *a, uint32_t ex) {
-    const uint32_t c0 = w[0];
-    const uint32_t c1 = w[1];
-    const uint32_t c2 = (w[0] >> 6);
-    const uint32_t c3 = (w[1] >> 6);
-    const uint32_t c4 = w[2];
-    const uint32_t c5 = w[3];
-    const uint32_t c6 = (w[2] >> 6);
-    const uint32_t c7 = (w[3] >> 6);
-    const uint32_t c8 = w[4];
-    const uint32_t c9 = w[5];
-    const uint32_t c10 = (w[4] >> 6);
-    const uint32_t c11 = (w[5] >> 6);
-    const uint32_t c12 = w[6];
-    const uint32_t c13 = w[7];
-    const uint32_t c14 = (w[6] >> 6);
-    const uint32_t c15 = (w[7] >> 6);
-    a[0] = or_and(c0, ex, 0x64ff64ffu);
-    a[1] = or_and(c1, ex, 0x64ff64ffu);
-    a[2] = or_and(c2, ex, 0x5ffc5ffcu);
-    a[3] = or_and(c3, ex, 0x5ffc5ffcu);
-    a[4] = or_and(c4, ex, 0x64ff64ffu);
-    a[5] = or_and(c5, ex, 0x64ff64ffu);
-    a[6] = or_and(c6, ex, 0x5ffc5ffcu);
-    a[7] = or_and(c7, ex, 0x5ffc5ffcu);
-    a[8] = or_and(c8, ex, 0x64ff64ffu);
-    a[9] = or_and(c9, ex, 0x64ff64ffu);
-    a[10] = or_and(c10, ex, 0x5ffc5ffcu);
-    a[11] = or_and(c11, ex, 0x5ffc5ffcu);
-    a[12] = or_and(c12, ex, 0x64ff64ffu);
-    a[13] = or_and(c13, ex, 0x64ff64ffu);
-    a[14] = or_and(c14, ex, 0x5ffc5ffcu);
-    a[15] = or_and(c15, ex, 0x5ffc5ffcu);
-  }
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    const uint32_t c0 = w[0];
-    const uint32_t c1 = w[1];
-    const uint32_t c2 = (w[0] >> 6);
-    const uint32_t c3 = (w[1] >> 6);
-    const uint32_t c4 = w[2];
-    const uint32_t c5 = w[3];
-    const uint32_t c6 = (w[2] >> 6);
-    const uint32_t c7 = (w[3] >> 6);
-    const uint32_t c8 = w[4];
-    const uint32_t c9 = w[5];
-    const uint32_t c10 = (w[4] >> 6);
-    const uint32_t c11 = (w[5] >> 6);
-    const uint32_t c12 = w[6];
-    const uint32_t c13 = w[7];
-    const uint32_t c14 = (w[6] >> 6);
-    const uint32_t c15 = (w[7] >> 6);
-    a[0] = hfma2_f16(or_and(c0, magic, 0x64ff64ffu), 0x3c003c00u, 0xe400e400u);
-    a[1] = hfma2_f16(or_and(c1, magic, 0x64ff64ffu), 0x3c003c00u, 0xe400e400u);
-    a[2] = hfma2_f16(or_and(c2, magic, 0x5ffc5ffcu), 0x3c003c00u, 0xdc00dc00u);
-    a[3] = hfma2_f16(or_and(c3, magic, 0x5ffc5ffcu), 0x3c003c00u, 0xdc00dc00u);
-    a[4] = hfma2_f16(or_and(c4, magic, 0x64ff64ffu), 0x3c003c00u, 0xe400e400u);
-    a[5] = hfma2_f16(or_and(c5, magic, 0x64ff64ffu), 0x3c003c00u, 0xe400e400u);
-    a[6] = hfma2_f16(or_and(c6, magic, 0x5ffc5ffcu), 0x3c003c00u, 0xdc00dc00u);
-    a[7] = hfma2_f16(or_and(c7, magic, 0x5ffc5ffcu), 0x3c003c00u, 0xdc00dc00u);
-    a[8] = hfma2_f16(or_and(c8, magic, 0x64ff64ffu), 0x3c003c00u, 0xe400e400u);
-    a[9] = hfma2_f16(or_and(c9, magic, 0x64ff64ffu), 0x3c003c00u, 0xe400e400u);
-    a[10] = hfma2_f16(or_and(c10, magic, 0x5ffc5ffcu), 0x3c003c00u, 0xdc00dc00u);
-    a[11] = hfma2_f16(or_and(c11, magic, 0x5ffc5ffcu), 0x3c003c00u, 0xdc00dc00u);
-    a[12] = hfma2_f16(or_and(c12, magic, 0x64ff64ffu), 0x3c003c00u, 0xe400e400u);
-    a[13] = hfma2_f16(or_and(c13, magic, 0x64ff64ffu), 0x3c003c00u, 0xe400e400u);
-    a[14] = hfma2_f16(or_and(c14, magic, 0x5ffc5ffcu), 0x3c003c00u, 0xdc00dc00u);
-    a[15] = hfma2_f16(or_and(c15, magic, 0x5ffc5ffcu), 0x3c003c00u, 0xdc00dc00u);
+    a[0] = hfma2_f16((w[0] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
+    a[1] = hfma2_f16((w[1] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
+    a[2] = hfma2_f16((w[2] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
+    a[3] = hfma2_f16((w[3] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
+    a[4] = hfma2_f16((w[4] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
+    a[5] = hfma2_f16((w[5] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
+    a[6] = hfma2_f16((w[6] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
+    a[7] = hfma2_f16((w[7] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe400e400u);
+    a[8] = hfma2_f16(((w[0] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
+    a[9] = hfma2_f16(((w[1] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
+    a[10] = hfma2_f16(((w[2] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
+    a[11] = hfma2_f16(((w[3] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
+    a[12] = hfma2_f16(((w[4] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
+    a[13] = hfma2_f16(((w[5] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
+    a[14] = hfma2_f16(((w[6] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
+    a[15] = hfma2_f16(((w[7] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xdc00dc00u);
   }
 };
 
-// i2 on f16 tensor cores: 38 instructions per 32 weights (16 lop3, 6 shifts, 16 fma)
+// i2 on f16 tensor cores: 34 instructions per 32 weights (16 lop3, 2 shifts, 16 fma)
 struct rec_f16_i2 {
   static constexpr const char *NAME = "f16_i2";
   static constexpr int BITS = 2;
@@ -459,64 +405,26 @@ struct rec_f16_i2 {
   static constexpr bool PROF = false;   // instrumented variant built
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = false;   // decode variant 3 built
-  static constexpr uint32_t MAGIC = 0x7c007c00u;  // pass to deq() through a register
+  static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
-  static constexpr bool OFFS = true;   // deq_off() built (an OFFSET recipe)
-  // offsets of the pairs of k half jk = 0, 1 (f16x2): 258, 18
-  static constexpr uint32_t OFFA0 = 0x5c085c08u;
-  static constexpr uint32_t OFFA1 = 0x4c804c80u;
-  // deq_off: value + offset per pair, 22 instructions per 32 weights (16 lop3, 6 shifts); ex = 0x7c007c00u through a register
-  __device__ __forceinline__ static void deq_off(const uint32_t *w, uint32_t *a, uint32_t ex) {
-    const uint32_t c0 = (w[0] << 2);
-    const uint32_t c1 = w[0];
-    const uint32_t c2 = (w[0] >> 6);
-    const uint32_t c3 = (w[0] >> 8);
-    const uint32_t c4 = (w[1] << 2);
-    const uint32_t c5 = w[1];
-    const uint32_t c6 = (w[1] >> 6);
-    const uint32_t c7 = (w[1] >> 8);
-    a[0] = or_and(c0, ex, 0x5c0c5c0cu);
-    a[1] = or_and(c1, ex, 0x5c0c5c0cu);
-    a[2] = or_and(c0, ex, 0x4cc04cc0u);
-    a[3] = or_and(c1, ex, 0x4cc04cc0u);
-    a[4] = or_and(c2, ex, 0x5c0c5c0cu);
-    a[5] = or_and(c3, ex, 0x5c0c5c0cu);
-    a[6] = or_and(c2, ex, 0x4cc04cc0u);
-    a[7] = or_and(c3, ex, 0x4cc04cc0u);
-    a[8] = or_and(c4, ex, 0x5c0c5c0cu);
-    a[9] = or_and(c5, ex, 0x5c0c5c0cu);
-    a[10] = or_and(c4, ex, 0x4cc04cc0u);
-    a[11] = or_and(c5, ex, 0x4cc04cc0u);
-    a[12] = or_and(c6, ex, 0x5c0c5c0cu);
-    a[13] = or_and(c7, ex, 0x5c0c5c0cu);
-    a[14] = or_and(c6, ex, 0x4cc04cc0u);
-    a[15] = or_and(c7, ex, 0x4cc04cc0u);
-  }
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    const uint32_t c0 = (w[0] << 2);
-    const uint32_t c1 = w[0];
-    const uint32_t c2 = (w[0] >> 6);
-    const uint32_t c3 = (w[0] >> 8);
-    const uint32_t c4 = (w[1] << 2);
-    const uint32_t c5 = w[1];
-    const uint32_t c6 = (w[1] >> 6);
-    const uint32_t c7 = (w[1] >> 8);
-    a[0] = hfma2_f16(or_and(c0, magic, 0x5c0c5c0cu), 0x3c003c00u, 0xdc08dc08u);
-    a[1] = hfma2_f16(or_and(c1, magic, 0x5c0c5c0cu), 0x3c003c00u, 0xdc08dc08u);
-    a[2] = hfma2_f16(or_and(c0, magic, 0x4cc04cc0u), 0x3c003c00u, 0xcc80cc80u);
-    a[3] = hfma2_f16(or_and(c1, magic, 0x4cc04cc0u), 0x3c003c00u, 0xcc80cc80u);
-    a[4] = hfma2_f16(or_and(c2, magic, 0x5c0c5c0cu), 0x3c003c00u, 0xdc08dc08u);
-    a[5] = hfma2_f16(or_and(c3, magic, 0x5c0c5c0cu), 0x3c003c00u, 0xdc08dc08u);
-    a[6] = hfma2_f16(or_and(c2, magic, 0x4cc04cc0u), 0x3c003c00u, 0xcc80cc80u);
-    a[7] = hfma2_f16(or_and(c3, magic, 0x4cc04cc0u), 0x3c003c00u, 0xcc80cc80u);
-    a[8] = hfma2_f16(or_and(c4, magic, 0x5c0c5c0cu), 0x3c003c00u, 0xdc08dc08u);
-    a[9] = hfma2_f16(or_and(c5, magic, 0x5c0c5c0cu), 0x3c003c00u, 0xdc08dc08u);
-    a[10] = hfma2_f16(or_and(c4, magic, 0x4cc04cc0u), 0x3c003c00u, 0xcc80cc80u);
-    a[11] = hfma2_f16(or_and(c5, magic, 0x4cc04cc0u), 0x3c003c00u, 0xcc80cc80u);
-    a[12] = hfma2_f16(or_and(c6, magic, 0x5c0c5c0cu), 0x3c003c00u, 0xdc08dc08u);
-    a[13] = hfma2_f16(or_and(c7, magic, 0x5c0c5c0cu), 0x3c003c00u, 0xdc08dc08u);
-    a[14] = hfma2_f16(or_and(c6, magic, 0x4cc04cc0u), 0x3c003c00u, 0xcc80cc80u);
-    a[15] = hfma2_f16(or_and(c7, magic, 0x4cc04cc0u), 0x3c003c00u, 0xcc80cc80u);
+    a[0] = hfma2_f16((w[0] & 0x00030003u) | magic, 0x3c003c00u, 0xe402e402u);
+    a[1] = hfma2_f16((w[0] & 0x000c000cu) | magic, 0x34003400u, 0xdc08dc08u);
+    a[2] = hfma2_f16((w[0] & 0x00300030u) | magic, 0x2c002c00u, 0xd420d420u);
+    a[3] = hfma2_f16((w[0] & 0x00c000c0u) | magic, 0x24002400u, 0xcc80cc80u);
+    a[4] = hfma2_f16((w[0] & 0x03000300u) | magic, 0x1c001c00u, 0xc600c600u);
+    a[5] = hfma2_f16((w[1] & 0x00030003u) | magic, 0x3c003c00u, 0xe402e402u);
+    a[6] = hfma2_f16((w[1] & 0x000c000cu) | magic, 0x34003400u, 0xdc08dc08u);
+    a[7] = hfma2_f16((w[1] & 0x00300030u) | magic, 0x2c002c00u, 0xd420d420u);
+    a[8] = hfma2_f16((w[1] & 0x00c000c0u) | magic, 0x24002400u, 0xcc80cc80u);
+    a[9] = hfma2_f16((w[1] & 0x03000300u) | magic, 0x1c001c00u, 0xc600c600u);
+    a[10] = hfma2_f16(((w[0] >> 6) & 0x00300030u) | magic, 0x2c002c00u, 0xd420d420u);
+    a[11] = hfma2_f16(((w[0] >> 6) & 0x00c000c0u) | magic, 0x24002400u, 0xcc80cc80u);
+    a[12] = hfma2_f16(((w[0] >> 6) & 0x03000300u) | magic, 0x1c001c00u, 0xc600c600u);
+    a[13] = hfma2_f16(((w[1] >> 6) & 0x00300030u) | magic, 0x2c002c00u, 0xd420d420u);
+    a[14] = hfma2_f16(((w[1] >> 6) & 0x00c000c0u) | magic, 0x24002400u, 0xcc80cc80u);
+    a[15] = hfma2_f16(((w[1] >> 6) & 0x03000300u) | magic, 0x1c001c00u, 0xc600c600u);
   }
 };
 
@@ -554,7 +462,7 @@ struct rec_f16_i3 {
   }
 };
 
-// i4 on f16 tensor cores: 40 instructions per 32 weights (16 lop3, 8 shifts, 16 fma)
+// i4 on f16 tensor cores: 36 instructions per 32 weights (16 lop3, 4 shifts, 16 fma)
 struct rec_f16_i4 {
   static constexpr const char *NAME = "f16_i4";
   static constexpr int BITS = 4;
@@ -565,64 +473,26 @@ struct rec_f16_i4 {
   static constexpr bool PROF = false;   // instrumented variant built
   static constexpr bool TUNE = true;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
-  static constexpr uint32_t MAGIC = 0x7c007c00u;  // pass to deq() through a register
+  static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
-  static constexpr bool OFFS = true;   // deq_off() built (an OFFSET recipe)
-  // offsets of the pairs of k half jk = 0, 1 (f16x2): 264, 24
-  static constexpr uint32_t OFFA0 = 0x5c205c20u;
-  static constexpr uint32_t OFFA1 = 0x4e004e00u;
-  // deq_off: value + offset per pair, 24 instructions per 32 weights (16 lop3, 8 shifts); ex = 0x7c007c00u through a register
-  __device__ __forceinline__ static void deq_off(const uint32_t *w, uint32_t *a, uint32_t ex) {
-    const uint32_t c0 = (w[0] << 2);
-    const uint32_t c1 = (w[0] >> 6);
-    const uint32_t c2 = (w[1] << 2);
-    const uint32_t c3 = (w[1] >> 6);
-    const uint32_t c4 = (w[2] << 2);
-    const uint32_t c5 = (w[2] >> 6);
-    const uint32_t c6 = (w[3] << 2);
-    const uint32_t c7 = (w[3] >> 6);
-    a[0] = or_and(c0, ex, 0x5c3c5c3cu);
-    a[1] = or_and(c1, ex, 0x5c3c5c3cu);
-    a[2] = or_and(c0, ex, 0x4fc04fc0u);
-    a[3] = or_and(c1, ex, 0x4fc04fc0u);
-    a[4] = or_and(c2, ex, 0x5c3c5c3cu);
-    a[5] = or_and(c3, ex, 0x5c3c5c3cu);
-    a[6] = or_and(c2, ex, 0x4fc04fc0u);
-    a[7] = or_and(c3, ex, 0x4fc04fc0u);
-    a[8] = or_and(c4, ex, 0x5c3c5c3cu);
-    a[9] = or_and(c5, ex, 0x5c3c5c3cu);
-    a[10] = or_and(c4, ex, 0x4fc04fc0u);
-    a[11] = or_and(c5, ex, 0x4fc04fc0u);
-    a[12] = or_and(c6, ex, 0x5c3c5c3cu);
-    a[13] = or_and(c7, ex, 0x5c3c5c3cu);
-    a[14] = or_and(c6, ex, 0x4fc04fc0u);
-    a[15] = or_and(c7, ex, 0x4fc04fc0u);
-  }
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    const uint32_t c0 = (w[0] << 2);
-    const uint32_t c1 = (w[0] >> 6);
-    const uint32_t c2 = (w[1] << 2);
-    const uint32_t c3 = (w[1] >> 6);
-    const uint32_t c4 = (w[2] << 2);
-    const uint32_t c5 = (w[2] >> 6);
-    const uint32_t c6 = (w[3] << 2);
-    const uint32_t c7 = (w[3] >> 6);
-    a[0] = hfma2_f16(or_and(c0, magic, 0x5c3c5c3cu), 0x3c003c00u, 0xdc20dc20u);
-    a[1] = hfma2_f16(or_and(c1, magic, 0x5c3c5c3cu), 0x3c003c00u, 0xdc20dc20u);
-    a[2] = hfma2_f16(or_and(c0, magic, 0x4fc04fc0u), 0x3c003c00u, 0xce00ce00u);
-    a[3] = hfma2_f16(or_and(c1, magic, 0x4fc04fc0u), 0x3c003c00u, 0xce00ce00u);
-    a[4] = hfma2_f16(or_and(c2, magic, 0x5c3c5c3cu), 0x3c003c00u, 0xdc20dc20u);
-    a[5] = hfma2_f16(or_and(c3, magic, 0x5c3c5c3cu), 0x3c003c00u, 0xdc20dc20u);
-    a[6] = hfma2_f16(or_and(c2, magic, 0x4fc04fc0u), 0x3c003c00u, 0xce00ce00u);
-    a[7] = hfma2_f16(or_and(c3, magic, 0x4fc04fc0u), 0x3c003c00u, 0xce00ce00u);
-    a[8] = hfma2_f16(or_and(c4, magic, 0x5c3c5c3cu), 0x3c003c00u, 0xdc20dc20u);
-    a[9] = hfma2_f16(or_and(c5, magic, 0x5c3c5c3cu), 0x3c003c00u, 0xdc20dc20u);
-    a[10] = hfma2_f16(or_and(c4, magic, 0x4fc04fc0u), 0x3c003c00u, 0xce00ce00u);
-    a[11] = hfma2_f16(or_and(c5, magic, 0x4fc04fc0u), 0x3c003c00u, 0xce00ce00u);
-    a[12] = hfma2_f16(or_and(c6, magic, 0x5c3c5c3cu), 0x3c003c00u, 0xdc20dc20u);
-    a[13] = hfma2_f16(or_and(c7, magic, 0x5c3c5c3cu), 0x3c003c00u, 0xdc20dc20u);
-    a[14] = hfma2_f16(or_and(c6, magic, 0x4fc04fc0u), 0x3c003c00u, 0xce00ce00u);
-    a[15] = hfma2_f16(or_and(c7, magic, 0x4fc04fc0u), 0x3c003c00u, 0xce00ce00u);
+    a[0] = hfma2_f16((w[0] & 0x000f000fu) | magic, 0x3c003c00u, 0xe408e408u);
+    a[1] = hfma2_f16((w[0] & 0x00f000f0u) | magic, 0x2c002c00u, 0xd480d480u);
+    a[2] = hfma2_f16((w[1] & 0x000f000fu) | magic, 0x3c003c00u, 0xe408e408u);
+    a[3] = hfma2_f16((w[1] & 0x00f000f0u) | magic, 0x2c002c00u, 0xd480d480u);
+    a[4] = hfma2_f16((w[2] & 0x000f000fu) | magic, 0x3c003c00u, 0xe408e408u);
+    a[5] = hfma2_f16((w[2] & 0x00f000f0u) | magic, 0x2c002c00u, 0xd480d480u);
+    a[6] = hfma2_f16((w[3] & 0x000f000fu) | magic, 0x3c003c00u, 0xe408e408u);
+    a[7] = hfma2_f16((w[3] & 0x00f000f0u) | magic, 0x2c002c00u, 0xd480d480u);
+    a[8] = hfma2_f16(((w[0] >> 6) & 0x003c003cu) | magic, 0x34003400u, 0xdc20dc20u);
+    a[9] = hfma2_f16(((w[0] >> 6) & 0x03c003c0u) | magic, 0x24002400u, 0xce00ce00u);
+    a[10] = hfma2_f16(((w[1] >> 6) & 0x003c003cu) | magic, 0x34003400u, 0xdc20dc20u);
+    a[11] = hfma2_f16(((w[1] >> 6) & 0x03c003c0u) | magic, 0x24002400u, 0xce00ce00u);
+    a[12] = hfma2_f16(((w[2] >> 6) & 0x003c003cu) | magic, 0x34003400u, 0xdc20dc20u);
+    a[13] = hfma2_f16(((w[2] >> 6) & 0x03c003c0u) | magic, 0x24002400u, 0xce00ce00u);
+    a[14] = hfma2_f16(((w[3] >> 6) & 0x003c003cu) | magic, 0x34003400u, 0xdc20dc20u);
+    a[15] = hfma2_f16(((w[3] >> 6) & 0x03c003c0u) | magic, 0x24002400u, 0xce00ce00u);
   }
 };
 
@@ -739,80 +609,26 @@ struct rec_f16_i8 {
   static constexpr bool PROF = false;   // instrumented variant built
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
   static constexpr bool BULK = true;   // decode variant 3 built
-  static constexpr uint32_t MAGIC = 0x7c007c00u;  // pass to deq() through a register
+  static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
-  static constexpr bool OFFS = true;   // deq_off() built (an OFFSET recipe)
-  // offsets of the pairs of k half jk = 0, 1 (f16x2): 1152, 384
-  static constexpr uint32_t OFFA0 = 0x64806480u;
-  static constexpr uint32_t OFFA1 = 0x5e005e00u;
-  // deq_off: value + offset per pair, 24 instructions per 32 weights (16 lop3, 8 shifts); ex = 0x7c007c00u through a register
-  __device__ __forceinline__ static void deq_off(const uint32_t *w, uint32_t *a, uint32_t ex) {
-    const uint32_t c0 = w[0];
-    const uint32_t c1 = w[1];
-    const uint32_t c2 = (w[0] >> 6);
-    const uint32_t c3 = (w[1] >> 6);
-    const uint32_t c4 = w[2];
-    const uint32_t c5 = w[3];
-    const uint32_t c6 = (w[2] >> 6);
-    const uint32_t c7 = (w[3] >> 6);
-    const uint32_t c8 = w[4];
-    const uint32_t c9 = w[5];
-    const uint32_t c10 = (w[4] >> 6);
-    const uint32_t c11 = (w[5] >> 6);
-    const uint32_t c12 = w[6];
-    const uint32_t c13 = w[7];
-    const uint32_t c14 = (w[6] >> 6);
-    const uint32_t c15 = (w[7] >> 6);
-    a[0] = or_and(c0, ex, 0x64ff64ffu);
-    a[1] = or_and(c1, ex, 0x64ff64ffu);
-    a[2] = or_and(c2, ex, 0x5ffc5ffcu);
-    a[3] = or_and(c3, ex, 0x5ffc5ffcu);
-    a[4] = or_and(c4, ex, 0x64ff64ffu);
-    a[5] = or_and(c5, ex, 0x64ff64ffu);
-    a[6] = or_and(c6, ex, 0x5ffc5ffcu);
-    a[7] = or_and(c7, ex, 0x5ffc5ffcu);
-    a[8] = or_and(c8, ex, 0x64ff64ffu);
-    a[9] = or_and(c9, ex, 0x64ff64ffu);
-    a[10] = or_and(c10, ex, 0x5ffc5ffcu);
-    a[11] = or_and(c11, ex, 0x5ffc5ffcu);
-    a[12] = or_and(c12, ex, 0x64ff64ffu);
-    a[13] = or_and(c13, ex, 0x64ff64ffu);
-    a[14] = or_and(c14, ex, 0x5ffc5ffcu);
-    a[15] = or_and(c15, ex, 0x5ffc5ffcu);
-  }
+  static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
   __device__ __forceinline__ static void deq(const uint32_t *w, uint32_t *a, uint32_t magic) {
-    const uint32_t c0 = w[0];
-    const uint32_t c1 = w[1];
-    const uint32_t c2 = (w[0] >> 6);
-    const uint32_t c3 = (w[1] >> 6);
-    const uint32_t c4 = w[2];
-    const uint32_t c5 = w[3];
-    const uint32_t c6 = (w[2] >> 6);
-    const uint32_t c7 = (w[3] >> 6);
-    const uint32_t c8 = w[4];
-    const uint32_t c9 = w[5];
-    const uint32_t c10 = (w[4] >> 6);
-    const uint32_t c11 = (w[5] >> 6);
-    const uint32_t c12 = w[6];
-    const uint32_t c13 = w[7];
-    const uint32_t c14 = (w[6] >> 6);
-    const uint32_t c15 = (w[7] >> 6);
-    a[0] = hfma2_f16(or_and(c0, magic, 0x64ff64ffu), 0x3c003c00u, 0xe480e480u);
-    a[1] = hfma2_f16(or_and(c1, magic, 0x64ff64ffu), 0x3c003c00u, 0xe480e480u);
-    a[2] = hfma2_f16(or_and(c2, magic, 0x5ffc5ffcu), 0x3c003c00u, 0xde00de00u);
-    a[3] = hfma2_f16(or_and(c3, magic, 0x5ffc5ffcu), 0x3c003c00u, 0xde00de00u);
-    a[4] = hfma2_f16(or_and(c4, magic, 0x64ff64ffu), 0x3c003c00u, 0xe480e480u);
-    a[5] = hfma2_f16(or_and(c5, magic, 0x64ff64ffu), 0x3c003c00u, 0xe480e480u);
-    a[6] = hfma2_f16(or_and(c6, magic, 0x5ffc5ffcu), 0x3c003c00u, 0xde00de00u);
-    a[7] = hfma2_f16(or_and(c7, magic, 0x5ffc5ffcu), 0x3c003c00u, 0xde00de00u);
-    a[8] = hfma2_f16(or_and(c8, magic, 0x64ff64ffu), 0x3c003c00u, 0xe480e480u);
-    a[9] = hfma2_f16(or_and(c9, magic, 0x64ff64ffu), 0x3c003c00u, 0xe480e480u);
-    a[10] = hfma2_f16(or_and(c10, magic, 0x5ffc5ffcu), 0x3c003c00u, 0xde00de00u);
-    a[11] = hfma2_f16(or_and(c11, magic, 0x5ffc5ffcu), 0x3c003c00u, 0xde00de00u);
-    a[12] = hfma2_f16(or_and(c12, magic, 0x64ff64ffu), 0x3c003c00u, 0xe480e480u);
-    a[13] = hfma2_f16(or_and(c13, magic, 0x64ff64ffu), 0x3c003c00u, 0xe480e480u);
-    a[14] = hfma2_f16(or_and(c14, magic, 0x5ffc5ffcu), 0x3c003c00u, 0xde00de00u);
-    a[15] = hfma2_f16(or_and(c15, magic, 0x5ffc5ffcu), 0x3c003c00u, 0xde00de00u);
+    a[0] = hfma2_f16((w[0] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe480e480u);
+    a[1] = hfma2_f16((w[1] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe480e480u);
+    a[2] = hfma2_f16((w[2] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe480e480u);
+    a[3] = hfma2_f16((w[3] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe480e480u);
+    a[4] = hfma2_f16((w[4] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe480e480u);
+    a[5] = hfma2_f16((w[5] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe480e480u);
+    a[6] = hfma2_f16((w[6] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe480e480u);
+    a[7] = hfma2_f16((w[7] & 0x00ff00ffu) | magic, 0x3c003c00u, 0xe480e480u);
+    a[8] = hfma2_f16(((w[0] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xde00de00u);
+    a[9] = hfma2_f16(((w[1] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xde00de00u);
+    a[10] = hfma2_f16(((w[2] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xde00de00u);
+    a[11] = hfma2_f16(((w[3] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xde00de00u);
+    a[12] = hfma2_f16(((w[4] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xde00de00u);
+    a[13] = hfma2_f16(((w[5] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xde00de00u);
+    a[14] = hfma2_f16(((w[6] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xde00de00u);
+    a[15] = hfma2_f16(((w[7] >> 6) & 0x03fc03fcu) | magic, 0x34003400u, 0xde00de00u);
   }
 };
 
