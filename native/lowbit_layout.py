@@ -25,6 +25,9 @@ Values (exact in the tensor-core dtype, before scales):
   0x6400) or 128.0 (bf16, 0x4300) at bit p, and fma(t, 2^-p, -(magic*2^-p + offset)) is exact.
   bf16 holds only 7 mantissa bits: 8-bit codes are split into two 4-bit terms added with one
   more fma (16*hi + lo).
+* OFFSET recipes (f16 u1 / u2 / u4, ``_pack_offset``): each code sits at mantissa bit P of an f16
+  of exponent 10 - P, one LOP3 gives 2^(10 - P) + code, and the decode kernels' ``deq_off()`` stops
+  there: the offset (one per k half) is taken out in f32 by the zero point's sum-of-x mma.
 * float with E >= 2: the code is placed as an f16 (E <= 4) or bf16 bit pattern (exponent and
   mantissa at the bottom of the target's exponent/mantissa fields, sign at bit 15), which is
   value * 2^(bias - bias_target) exactly (subnormal codes become target subnormals), then

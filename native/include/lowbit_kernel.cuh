@@ -4,7 +4,8 @@
 // accumulation.  A = the dequantized weight tile, built in registers straight from the packed words
 // (native/lowbit_layout.py: each thread's words are exactly its A fragments; recipes in
 // lowbit_recipes.cuh); B = x^T from shared memory (one 16-byte load per m-row covers two k-blocks).
-// The codes reach the tensor cores as exact integers / exact float values; the group scale (and the
+// The codes reach the tensor cores as exact integers / exact float values (OFFSET recipes: plus a power of two
+// per k half, taken out with the zero point, below); the group scale (and the
 // zero point: y -= s*z*sum(x), sum(x) from one more mma against a tile of ones) is applied in f32
 // when a group ends, so the only rounding is the f32 accumulation and the final cast.
 //
