@@ -51,11 +51,17 @@ __host__ __device__ constexpr bool use_offs() {
   if constexpr (R::OFFS) return LOWBIT_OFFS != 0;
   else return false;
 }
-// the sum-of-x mma's A register for rows 8-15 of k half jk
+// the sum-of-x mma's A register for rows 8-15 of k half jk (OFFSET recipes; else the tile of ones' `one`)
 template <class R>
-__device__ __forceinline__ uint32_t offa(int jk) {
-  if constexpr (R::OFFS) return jk == 0 ? R::OFFA0 : R::OFFA1;
-  else return 0u;
+__device__ __forceinline__ uint32_t offa(int jk, uint32_t one) {
+  if constexpr (use_offs<R>()) return jk == 0 ? R::OFFA0 : R::OFFA1;
+  else return one;
+}
+// sum(offset x) of accumulator column c in the fold (D rows 8-15 of the sum's mma), 0 where there are no offsets
+template <bool OFF>
+__device__ __forceinline__ float xo(const float (&xs)[4], int c) {
+  if constexpr (OFF) return xs[2 + c];
+  else return 0.f;
 }
 
 // Decode-kernel variants (GemvParams::variant; native/tune.py times them side by side):
@@ -298,28 +304,18 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         float *tt = total[nt][mt], *aa = acc[nt][mt];
-        if constexpr (OFF && !R::ZERO) {  // int codes: xs[mt][2..3] = sum of offset * x, no zero point
-          tt[0] = fmaf(s0, aa[0] - xs[mt][2], tt[0]);
-          tt[1] = fmaf(s0, aa[1] - xs[mt][3], tt[1]);
-          tt[2] = fmaf(s1, aa[2] - xs[mt][2], tt[2]);
-          tt[3] = fmaf(s1, aa[3] - xs[mt][3], tt[3]);
-        } else if constexpr (OFF) {  // xs[mt][2..3]: sum of offset * x (rows 8-15 of the sum's mma)
+        // OFF: acc - sum(offset x) (xo); x - 0.f is x, so the other recipes compile as before
+        if constexpr (R::ZERO) {
           const float sz0 = s0 * z0, sz1 = s1 * z1;
-          tt[0] = fmaf(s0, aa[0] - xs[mt][2], fmaf(-sz0, xs[mt][0], tt[0]));
-          tt[1] = fmaf(s0, aa[1] - xs[mt][3], fmaf(-sz0, xs[mt][1], tt[1]));
-          tt[2] = fmaf(s1, aa[2] - xs[mt][2], fmaf(-sz1, xs[mt][0], tt[2]));
-          tt[3] = fmaf(s1, aa[3] - xs[mt][3], fmaf(-sz1, xs[mt][1], tt[3]));
-        } else if constexpr (R::ZERO) {
-          const float sz0 = s0 * z0, sz1 = s1 * z1;
-          tt[0] = fmaf(s0, aa[0], fmaf(-sz0, xs[mt][0], tt[0]));
-          tt[1] = fmaf(s0, aa[1], fmaf(-sz0, xs[mt][1], tt[1]));
-          tt[2] = fmaf(s1, aa[2], fmaf(-sz1, xs[mt][0], tt[2]));
-          tt[3] = fmaf(s1, aa[3], fmaf(-sz1, xs[mt][1], tt[3]));
+          tt[0] = fmaf(s0, aa[0] - xo<OFF>(xs[mt], 0), fmaf(-sz0, xs[mt][0], tt[0]));
+          tt[1] = fmaf(s0, aa[1] - xo<OFF>(xs[mt], 1), fmaf(-sz0, xs[mt][1], tt[1]));
+          tt[2] = fmaf(s1, aa[2] - xo<OFF>(xs[mt], 0), fmaf(-sz1, xs[mt][0], tt[2]));
+          tt[3] = fmaf(s1, aa[3] - xo<OFF>(xs[mt], 1), fmaf(-sz1, xs[mt][1], tt[3]));
         } else {
-          tt[0] = fmaf(s0, aa[0], tt[0]);
-          tt[1] = fmaf(s0, aa[1], tt[1]);
-          tt[2] = fmaf(s1, aa[2], tt[2]);
-          tt[3] = fmaf(s1, aa[3], tt[3]);
+          tt[0] = fmaf(s0, aa[0] - xo<OFF>(xs[mt], 0), tt[0]);
+          tt[1] = fmaf(s0, aa[1] - xo<OFF>(xs[mt], 1), tt[1]);
+          tt[2] = fmaf(s1, aa[2] - xo<OFF>(xs[mt], 0), tt[2]);
+          tt[3] = fmaf(s1, aa[3] - xo<OFF>(xs[mt], 1), tt[3]);
         }
 #pragma unroll
         for (int e = 0; e < 4; ++e) aa[e] = 0.f;
@@ -337,10 +333,10 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
   uint32_t magic = p.magic;  // R::MAGIC through a register, so that mask | magic is one LOP3
   pin(one);
   pin(magic);
-  uint32_t oa[2];  // OFF: rows 8-15 of the sum's A tile (offa)
+  uint32_t oa[2];  // rows 8-15 of the sum's A tile: the offsets (OFF) or ones
 #pragma unroll
   for (int jk = 0; jk < 2; ++jk) {
-    oa[jk] = offa<R>(jk);
+    oa[jk] = offa<R>(jk, one);
     if constexpr (OFF) pin(oa[jk]);
   }
   uint16_t *yo = reinterpret_cast<uint16_t *>(p.y);
@@ -458,7 +454,7 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
           for (int mt = 0; mt < MT; ++mt)
             mma16816<WB>(acc[nt][mt], a[i0], a[i0 + 1], a[i0 + 2], a[i0 + 3], bx[mt][2 * r], bx[mt][2 * r + 1]);
         }
-        if constexpr (OFF) {
+        if constexpr (OFF) {  // (a tile of ones whose rows 8-15 are copies of `one` changes ptxas' allocation)
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt)
             mma16816<WB>(xs[mt], one, oa[0], one, oa[1], bx[mt][2 * r], bx[mt][2 * r + 1]);

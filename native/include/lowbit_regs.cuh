@@ -247,16 +247,11 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
             tt[1] = fmaf(s0, aa[1], tt[1]);
             tt[2] = fmaf(s1, aa[2], tt[2]);
             tt[3] = fmaf(s1, aa[3], tt[3]);
-          } else if constexpr (OFF) {  // xs[mt][2..3]: sum of offset * x (rows 8-15 of the sum's mma)
-            tt[0] = fmaf(s0, aa[0] - xs[mt][2], fmaf(-sz0, xs[mt][0], tt[0]));
-            tt[1] = fmaf(s0, aa[1] - xs[mt][3], fmaf(-sz0, xs[mt][1], tt[1]));
-            tt[2] = fmaf(s1, aa[2] - xs[mt][2], fmaf(-sz1, xs[mt][0], tt[2]));
-            tt[3] = fmaf(s1, aa[3] - xs[mt][3], fmaf(-sz1, xs[mt][1], tt[3]));
-          } else {
-            tt[0] = fmaf(s0, aa[0], fmaf(-sz0, xs[mt][0], tt[0]));
-            tt[1] = fmaf(s0, aa[1], fmaf(-sz0, xs[mt][1], tt[1]));
-            tt[2] = fmaf(s1, aa[2], fmaf(-sz1, xs[mt][0], tt[2]));
-            tt[3] = fmaf(s1, aa[3], fmaf(-sz1, xs[mt][1], tt[3]));
+          } else {  // OFF: acc - sum(offset x) (xo, lowbit_kernel.cuh)
+            tt[0] = fmaf(s0, aa[0] - xo<OFF>(xs[mt], 0), fmaf(-sz0, xs[mt][0], tt[0]));
+            tt[1] = fmaf(s0, aa[1] - xo<OFF>(xs[mt], 1), fmaf(-sz0, xs[mt][1], tt[1]));
+            tt[2] = fmaf(s1, aa[2] - xo<OFF>(xs[mt], 0), fmaf(-sz1, xs[mt][0], tt[2]));
+            tt[3] = fmaf(s1, aa[3] - xo<OFF>(xs[mt], 1), fmaf(-sz1, xs[mt][1], tt[3]));
           }
         }
       } else {
@@ -265,17 +260,10 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           float *tt = total[nt][mt], *aa = acc[nt][mt];
-          if constexpr (OFF) {  // int codes: xs[mt][2..3] = sum of offset * x (no zero point)
-            tt[0] = fmaf(s0, aa[0] - xs[mt][2], tt[0]);
-            tt[1] = fmaf(s0, aa[1] - xs[mt][3], tt[1]);
-            tt[2] = fmaf(s1, aa[2] - xs[mt][2], tt[2]);
-            tt[3] = fmaf(s1, aa[3] - xs[mt][3], tt[3]);
-          } else {
-            tt[0] = fmaf(s0, aa[0], tt[0]);
-            tt[1] = fmaf(s0, aa[1], tt[1]);
-            tt[2] = fmaf(s1, aa[2], tt[2]);
-            tt[3] = fmaf(s1, aa[3], tt[3]);
-          }
+          tt[0] = fmaf(s0, aa[0] - xo<OFF>(xs[mt], 0), tt[0]);
+          tt[1] = fmaf(s0, aa[1] - xo<OFF>(xs[mt], 1), tt[1]);
+          tt[2] = fmaf(s1, aa[2] - xo<OFF>(xs[mt], 0), tt[2]);
+          tt[3] = fmaf(s1, aa[3] - xo<OFF>(xs[mt], 1), tt[3]);
         }
       }
 #pragma unroll
@@ -338,10 +326,10 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
   uint32_t magic = p.magic;
   pin(one);
   pin(magic);
-  uint32_t oa[2];  // OFF: rows 8-15 of the sum's A tile (offa, lowbit_kernel.cuh)
+  uint32_t oa[2];  // rows 8-15 of the sum's A tile: the offsets (OFF) or ones (offa, lowbit_kernel.cuh)
 #pragma unroll
   for (int jk = 0; jk < 2; ++jk) {
-    oa[jk] = offa<R>(jk);
+    oa[jk] = offa<R>(jk, one);
     if constexpr (OFF) pin(oa[jk]);
   }
   uint16_t *yo = reinterpret_cast<uint16_t *>(p.y);
@@ -397,7 +385,7 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
               if constexpr (OFF) {
                 mma16816<false>(xq[mt], one, oa[0], one, oa[1], q.x, q.y);
                 mma16816<false>(xq[mt], one, oa[0], one, oa[1], q.z, q.w);
-              } else {
+              } else {  // (copies of `one` in rows 8-15 would change ptxas' allocation)
                 mma16816<false>(xq[mt], one, one, one, one, q.x, q.y);
                 mma16816<false>(xq[mt], one, one, one, one, q.z, q.w);
               }
