@@ -220,9 +220,11 @@ def _mt(pw: PackedWeight, M: int) -> int:
 
 
 # native/include/lowbit_kernel.cuh (GemvParams::variant); regs: native/include/lowbit_regs.cuh (mt1 and mt2)
-DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3, "regs": 4}
+# bulk1: bulk's kernel launched with one block per SM (its grid where bulk fits two; native/NOTES.md section 30)
+DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3, "regs": 4, "bulk1": 5}
 REGS = DECODE_VARIANTS["regs"]                           # mt1: x whole in shared memory (where it fits); mt2: an x ring
-PROF_VARIANTS = {0, 1, 3, REGS}                          # those with an instrumented build (native/include/lowbit_launch.cuh)
+BULK1 = DECODE_VARIANTS["bulk1"]
+PROF_VARIANTS = {0, 1, 3, REGS, BULK1}                   # those with an instrumented build (native/include/lowbit_launch.cuh)
 PROF_MODES = {"staged": 1, "warp0": 2}                   # its instrumentation modes (INSTR_MODE_* of instrument.cuh)
 
 
@@ -258,16 +260,18 @@ def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = Fals
     """The variant number the decode kernel of this weight runs with mt m16n8 tiles (native/lowbit._mt):
     "auto" resolves per (recipe, mt) (AUTO_VARIANT, then lean for TUNED and bulk for BULK recipes); lean and
     lean3 exist for the TUNED recipes, bulk and regs for the BULK ones (f16, no x split; regs at mt = 1 and 2);
-    anything else falls back to base. prof: the instrumented build of that same variant (built for
-    PROF_VARIANTS), so an instrumented call times the plain call's kernel plus its records."""
+    anything else falls back to base; with x split (f16 activations on a bf16 recipe), bulk where the recipe is BULK
+    and base otherwise. prof: the instrumented build of that same variant (built for PROF_VARIANTS), so an
+    instrumented call times the plain call's kernel plus its records."""
     name = pw.rec.name
     if variant == "timed":   # without a timing (LowbitMatmul.variant_num holds the timed choices): auto's
         variant = "auto"
     if variant == "auto":
         variant = AUTO_VARIANT.get((name, mt), "lean" if name in TUNED_RECIPES else "bulk")
     v = DECODE_VARIANTS[variant]
-    built = BULK_RECIPES if v in (3, REGS) else TUNED_RECIPES
-    v = v if (name in built and not pw.xsplit) else 0
+    built = BULK_RECIPES if v in (3, REGS, BULK1) else TUNED_RECIPES
+    f16 = pw.rec.target == "f16"
+    v = v if (name in built and (f16 or (pw.xsplit and v in (3, BULK1)))) else 0
     if prof and v not in PROF_VARIANTS:
         raise Unsupported(f"the instrumented decode kernel is built for the variants "
                           f"{[VARIANT_NAMES[p] for p in sorted(PROF_VARIANTS)]}, not {VARIANT_NAMES[v]!r}")
@@ -297,7 +301,7 @@ def decode_candidates(pw: "PackedWeight", mt: int) -> list:
     recipe is built with them (each has an instrumented build, so profiled() runs the plain call's kernel).
     LowbitMatmul.decode_candidates also drops regs where its x does not fit in shared memory (one tile: x whole)."""
     out = []
-    for name in ("auto", "base", "lean", "bulk", "regs"):
+    for name in ("auto", "base", "lean", "bulk", "bulk1", "regs"):
         v = variant_for(pw, name, mt)
         if v not in out:
             out.append(v)
@@ -354,8 +358,11 @@ class LowbitMatmul:
         return [v for v in decode_candidates(self.pw, _mt(self.pw, M)) if self._launchable(M, v)]
 
     def _launchable(self, M: int, v: int) -> bool:
-        """Whether variant v launches at M rows: regs at one tile holds x whole in shared memory (MX rows of the padded K),
-        which does not fit every (M, K) -- the launcher's grid query fails there."""
+        """Whether variant v launches at M rows as a kernel of its own: regs at one tile holds x whole in shared memory
+        (MX rows of the padded K), which does not fit every (M, K) -- the launcher's grid query fails there; bulk1 is
+        bulk where bulk runs one block per SM anyway."""
+        if v == BULK1:
+            return not self.grid and self._grid_query(M, 0, 3, grid=0) > self.sms
         return v != REGS or self._regs_grid(M) > 0
 
     def _regs_grid(self, M: int) -> int:

@@ -794,11 +794,14 @@ def render_recipe(rec: Recipe) -> str:
 PROFILED = ("f16_u4",)   # recipes built with the in-kernel instrumentation too (proton_fig15)
 # recipes built with the decode-kernel variants 1 and 2 too (lowbit_kernel.cuh; timed by native/tune.py)
 TUNED = ("f16_u1", "f16_u2", "f16_u4", "f16_u8", "f16_i4", "f16_f6e3m2")
-# recipes built with the bulk decode variant (3) too: the TUNED ones and every other f16 recipe of 5-8 bits (the
-# widths where bulk beat lean on the H200: u8 and f6e3m2 at all 12 points, native/NOTES.md section 12)
-BULK = TUNED + tuple(f"f16_{f}" for f in ("u5", "u6", "u7", "i5", "i6", "i7", "i8", "f5e1m3", "f5e2m2", "f5e3m1",
+# recipes built with the bulk decode variant (3) too, and with regs (4) where f16: every f16 recipe (the TUNED ones, the
+# 5-8 bit ones since section 12, the other 2-4 bit ones since section 30), and the bf16 recipes that serve f16
+# activations with x split (bulk at MT = 2 and 4; native/NOTES.md section 30)
+BULK = TUNED + tuple(f"f16_{f}" for f in ("u3", "i2", "i3", "f3e1m1", "f3e2m0", "f4e1m2", "f4e2m1", "f4e3m0",
+                                         "u5", "u6", "u7", "i5", "i6", "i7", "i8", "f5e1m3", "f5e2m2", "f5e3m1",
                                          "f5e4m0", "f6e1m4", "f6e2m3", "f6e4m1", "f7e1m5", "f7e2m4", "f7e3m3",
-                                         "f7e4m2", "f8e1m6", "f8e2m5", "f8e3m4", "f8e4m3"))
+                                         "f7e4m2", "f8e1m6", "f8e2m5", "f8e3m4", "f8e4m3")) + \
+    tuple(f"bf16_{f}" for f in ("f6e5m0", "f7e5m1", "f7e6m0", "f8e5m2", "f8e6m1", "f8e7m0"))
 PARTS = 8                # translation units the instantiations are spread over (parallel build)
 
 

@@ -96,13 +96,21 @@ def _parse_points(text) -> list[tuple[str, int, int, int]]:
     out = []
     for pt in filter(None, (p.strip() for p in (text or "").split(";"))):
         parts = [p.strip() for p in pt.split(",")]
-        if len(parts) != 4:
-            raise ValueError(f"--point: {pt!r} is not fmt,K,N,M")
+        if len(parts) not in (4, 5):
+            raise ValueError(f"--point: {pt!r} is not fmt,K,N,M[,group]")
         fmt = parse_format(parts[0]).name
-        dims = _parse_ints(f"--point {pt!r}: K,N,M", ",".join(parts[1:]))
+        dims = _parse_ints(f"--point {pt!r}: K,N,M", ",".join(parts[1:4]))
         if len(dims) != 3:
-            raise ValueError(f"--point: {pt!r} is not fmt,K,N,M")
-        out.append((fmt, *dims))
+            raise ValueError(f"--point: {pt!r} is not fmt,K,N,M[,group]")
+        group = -1 if fmt.startswith("f") else 128          # the default: per channel for floats, 128 for integers
+        if len(parts) == 5:
+            try:
+                group = int(parts[4])
+            except ValueError:
+                raise ValueError(f"--point {pt!r}: the group is an integer (-1: per channel)") from None
+            if group != -1 and (group < 32 or group % 32):
+                raise ValueError(f"--point {pt!r}: group {group} is not -1 or a multiple of 32")
+        out.append((fmt, *dims, group))
     if text and not out:
         raise ValueError(f"--point: no point in {text!r}")
     return out
@@ -119,8 +127,7 @@ def _point(a, variants, prep, dt) -> int:
     mults = a.mults
     timer, clean = (Timer(samples=a.samples, warmup_ms=10), CleanTimer(a.samples)) if mults else (None, None)
     bad, rows = 0, []
-    for fmt, K, N, M in a.points:
-        g = -1 if fmt.startswith("f") else 128
+    for fmt, K, N, M, g in a.points:
         qw = random_quantized(K, N, fmt, g, dt, seed=7, device="cuda")
         w64 = dequantize_ref(qw, device="cuda")
         pw = lowbit.pack(qw)
@@ -130,7 +137,7 @@ def _point(a, variants, prep, dt) -> int:
                 fn = prep(qw, v, grid=base_grid * mult if mult else None, pw=pw)
                 x = torch.randn(M, K, device="cuda").to(dt)
                 ok, e, msg = _check(fn, x, w64, lowbit)
-                r = dict(fmt=fmt, K=K, N=N, M=M, variant=v, grid_mult=mult, ok=ok, err=e, config=fn.chosen_config(M))
+                r = dict(fmt=fmt, K=K, N=N, M=M, group=g, variant=v, grid_mult=mult, ok=ok, err=e, config=fn.chosen_config(M))
                 bad += not ok
                 if ok and mults:
                     r["ms"], r["ms_clean"] = timer(lambda: fn(x)).median_ms, clean(lambda: fn(x))
@@ -142,7 +149,7 @@ def _point(a, variants, prep, dt) -> int:
                         fn(x)
                     torch.cuda.synchronize()
                 rows.append(r)
-                print(f"point {fmt} K={K} N={N} M={M} {v} grid x{mult or 1}: {'ok' if ok else 'FAIL ' + msg} err {e}"
+                print(f"point {fmt} K={K} N={N} M={M} g={g} {v} grid x{mult or 1}: {'ok' if ok else 'FAIL ' + msg} err {e}"
                       + (f" {r['ms'] * 1e3:.1f} us (clean {r['ms_clean'] * 1e3:.1f})" if "ms" in r else "")
                       + f" [{r['config']}]", flush=True)
         del qw, w64, pw
@@ -196,7 +203,9 @@ def main(argv=None):
     ap.add_argument("--samples", type=int, default=30)
     ap.add_argument("--quick", action="store_true", help="only K=8192, N=57344 and no prefill")
     ap.add_argument("--diag-variant", default="auto", help="variant of the instrumented diagnostic run")
-    ap.add_argument("--point", default=None, metavar="FMT,K,N,M[;...]",
+    ap.add_argument("--full-build", action="store_true",
+                    help="the full extension (every recipe; native.build.build) instead of the tuning build (LL.TUNED)")
+    ap.add_argument("--point", default=None, metavar="FMT,K,N,M[,GROUP][;...]",
                     help="only check these points and launch each --launches times per variant (for ncu: "
                          "ncu -k regex:lowbit_gemv ... python -m native.tune --point u4,8192,57344,1)")
     ap.add_argument("--launches", type=int, default=3)
@@ -218,13 +227,13 @@ def main(argv=None):
     from harness.timing import Timer, measure_read_bandwidth
     from kernels.lowbit.formats import dequantize_ref, random_quantized
     from native import lowbit
-    from native.build import build_tune
+    from native.build import build, build_tune
     variants = [v for v in a.variants.split(",") if v]
     for v in variants:
         if v not in lowbit.VARIANT_CHOICES:
             print(f"unknown variant {v!r}: {list(lowbit.VARIANT_CHOICES)}")
             return 2
-    mod = build_or_report(build_tune)
+    mod = build_or_report(build if a.full_build else build_tune)
     if mod is None:
         return 2
     out = {"variants": variants, "correctness": [], "decode": [], "prefill": [], "diagnostics": {}}

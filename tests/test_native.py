@@ -581,8 +581,14 @@ def test_tune_cli_rejects_bad_values_before_gpu_work(argv, msg, capsys):
 
 def test_tune_point_parsing():
     from native.tune import _parse_points
-    assert _parse_points("u4,8192,57344,1; F6E3M2,8192,8192,16;") == [("u4", 8192, 57344, 1), ("f6e3m2", 8192, 8192, 16)]
+    assert _parse_points("u4,8192,57344,1; F6E3M2,8192,8192,16;") == [("u4", 8192, 57344, 1, 128),
+                                                                       ("f6e3m2", 8192, 8192, 16, -1)]
+    assert _parse_points("i8,8192,57344,16,-1;u4,256,256,1,64") == [("i8", 8192, 57344, 16, -1), ("u4", 256, 256, 1, 64)]
     assert _parse_points(None) == []
+    for bad, msg in (("u4,1,2", "is not fmt,K,N,M"), ("u4,1,2,3,4,5", "is not fmt,K,N,M"),
+                     ("u4,256,256,1,x", "the group is an integer"), ("u4,256,256,1,48", "not -1 or a multiple of 32")):
+        with pytest.raises(ValueError, match=msg):
+            _parse_points(bad)
 
 
 def test_lowbit_inputs_carry_a_checked_decode_variant():

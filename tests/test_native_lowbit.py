@@ -257,17 +257,26 @@ def test_decode_variants_are_built_for_the_tuned_recipes():
     for v in (1, 2, 3):
         for mt in (1, 2):
             assert f"launch_gemv<R, {mt}, false, false, false, {v}>" in src
-    assert set(lowbit.DECODE_VARIANTS.values()) == {0, 1, 2, 3, 4}
+    assert set(lowbit.DECODE_VARIANTS.values()) == {0, 1, 2, 3, 4, 5}
+    # bulk1 (5): bulk's builds with one block per SM, wherever bulk is dispatched (plain, instrumented, x split)
+    assert "if (p.variant == VBULK1)" in src and "q.variant = 3;" in src and "grid > 0 ? grid : sms" in src
     # regs (4, lowbit_regs.cuh): the BULK recipes at one and two tiles, plain, and (R::PROF) instrumented
     for mt in (1, 2):
         assert f"p.variant == VREGS && mt == {mt}" in src and f"launch_regs<R, {mt}, false>(p," in src
         assert f"launch_regs_prof<R, {mt}>(prof," in src
     assert "R::BULK" in src and set(LL.TUNED) <= set(LL.BULK)
-    for r in LL.all_recipes():   # bulk: every TUNED recipe and every other f16 recipe of 5-8 bits
-        assert (r.name in LL.BULK) == (r.name in LL.TUNED or (r.target == "f16" and r.bits >= 5)), r.name
-    for fmt, act, want in [("u4", "f16", 1), ("f8e5m2", "f16", 0), ("u4", "bf16", 0), ("u3", "f16", 0)]:
+    xsplit = {r.name for r in LL.all_recipes() if r.target == "bf16" and LL.target_for(parse_format(r.fmt), "f16")[1]}
+    assert xsplit and all(parse_format(n[5:]).exp_bits >= 5 for n in xsplit)
+    for r in LL.all_recipes():   # bulk: every f16 recipe, and the bf16 ones that serve f16 activations with x split
+        assert (r.name in LL.BULK) == (r.target == "f16" or r.name in xsplit), r.name
+    for mt in (2, 4):
+        assert f"launch_gemv<R, {mt}, false, true, false, 3>(p," in src
+    for fmt, act, lean, bulk in [("u4", "f16", 1, 3), ("f8e5m2", "f16", 0, 3), ("u4", "bf16", 0, 0), ("u3", "f16", 0, 3),
+                                 ("f8e5m2", "bf16", 0, 0)]:
         pw = lowbit.pack(random_quantized(256, 256, fmt, -1, ACTS[act]))
-        assert lowbit.variant_for(pw, "lean") == want
+        assert lowbit.variant_for(pw, "lean") == lean
+        assert lowbit.variant_for(pw, "bulk") == lowbit.variant_for(pw, "bulk1") - 2 * (bulk > 0) == bulk
+        assert lowbit.variant_for(pw, "regs") == (4 if pw.rec.target == "f16" else 0)
         assert lowbit.variant_for(pw, "base") == 0
     srcs = build.tune_sources(Path(__import__("tempfile").mkdtemp()))
     assert [p.name for p in srcs if p.name.startswith("tune_")] == [f"tune_{n}.cu" for n in LL.TUNED]
@@ -287,20 +296,22 @@ def test_default_variant_per_recipe_and_tiles():
         tuned = pw.rec.name in LL.TUNED and not pw.xsplit
         for M in range(1, lowbit.DECODE_MAX_M + 1):
             mt = lowbit._mt(pw, M)
-            bulk = pw.rec.name in LL.BULK and not pw.xsplit
+            bulk = pw.rec.name in LL.BULK and (pw.rec.target == "f16" or pw.xsplit)
+            regs = bulk and not pw.xsplit
             want = (0 if fmt == "u1" and M > 8 else 3 if fmt in ("u2", "u4", "i4", "u8", "f6e3m2") else 1) if tuned else \
                 (3 if bulk else 0)
             assert lowbit.variant_for(pw, "auto", mt) == want, (fmt, act, M)
             assert lowbit.variant_for(pw, "timed", mt) == want   # before (or without) a timing: auto's choice
             cands = lowbit.decode_candidates(pw, mt)   # what "timed" times: auto's first, each built, once
             assert cands[0] == want and len(set(cands)) == len(cands)
-            assert set(cands) == {0} | ({1} if tuned else set()) | ({3} if bulk else set()) | \
-                ({4} if bulk else set())
+            assert set(cands) == {0} | ({1} if tuned else set()) | ({3, 5} if bulk else set()) | \
+                ({4} if regs else set())
             assert set(cands) <= lowbit.PROF_VARIANTS      # every candidate has an instrumented build
             assert lowbit.variant_for(pw, "base", mt) == 0
             assert lowbit.variant_for(pw, "lean3", mt) == (2 if tuned else 0)
             assert lowbit.variant_for(pw, "bulk", mt) == (3 if bulk else 0)
-            assert lowbit.variant_for(pw, "regs", mt) == (4 if bulk else 0)
+            assert lowbit.variant_for(pw, "bulk1", mt) == (5 if bulk else 0)
+            assert lowbit.variant_for(pw, "regs", mt) == (4 if regs else 0)
     with pytest.raises(KeyError):
         lowbit.variant_for(pw, "fast")
 

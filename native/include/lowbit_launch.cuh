@@ -5,9 +5,10 @@
 //   bf16 recipes: gemv MT = 2, bf16 out; XSPLIT recipes also f16 out with x split, MT = 2 (M <= 8), 4 (M <= 16)
 //   dequantize:   output in the recipe's dtype; XSPLIT recipes also f16
 //   variants 1, 2 (GemvParams::variant): f16 recipes with R::TUNE, MT = 1, 2, f16 out; variant 3 (bulk): f16
-//                 recipes with R::BULK (all TUNE ones and the other 5-8 bit ones); 1 and 3 also instrumented
-//                 where R::PROF; variant 4 (regs, lowbit_regs.cuh): f16 recipes with R::BULK, MT = 1, 2, f16
-//                 out, also instrumented where R::PROF
+//                 recipes with R::BULK (every f16 recipe), and the XSPLIT bf16 ones with R::BULK for f16 out with x
+//                 split at MT = 2, 4; 1 and 3 also instrumented where R::PROF; variant 4 (regs, lowbit_regs.cuh):
+//                 f16 recipes with R::BULK, MT = 1, 2, f16 out, also instrumented where R::PROF; variant 5 (bulk1):
+//                 bulk's builds, launched with one block per SM where no grid is given
 #pragma once
 #include <cuda_runtime.h>
 #include "lowbit_regs.cuh"
@@ -15,6 +16,8 @@
 #include "lowbit_recipes.cuh"
 
 namespace lowbit {
+
+constexpr int VBULK1 = 5;  // GemvParams::variant: bulk (3) launched with one block per SM (native/NOTES.md section 30)
 
 struct LaunchCache {  // per kernel instantiation (one device per process)
   int attr_smem = 0, occ_smem = -1, occ = 0;
@@ -105,6 +108,11 @@ int launch_regs_prof(int prof, const GemvParams &p, int sms, cudaStream_t s, int
 template <class R>
 int gemv_dispatch(int mt, bool ob, bool xs, int prof, const GemvParams &p, int sms, cudaStream_t s, int grid,
                   int *used, bool dry) {
+  if (p.variant == VBULK1) {  // bulk with one block per SM (unless a grid is given): the same builds
+    GemvParams q = p;
+    q.variant = 3;
+    return gemv_dispatch<R>(mt, ob, xs, prof, q, sms, s, grid > 0 ? grid : sms, used, dry);
+  }
   if (p.variant != 0) {
     if constexpr (!R::BF16 && R::TUNE) {
       if (!xs && !ob && !prof) {
@@ -127,6 +135,10 @@ int gemv_dispatch(int mt, bool ob, bool xs, int prof, const GemvParams &p, int s
       if (!xs && !ob && !prof && p.variant == 3 && mt == 2) return launch_gemv<R, 2, false, false, false, 3>(p, sms, s, grid, used, dry);
       if (!xs && !ob && !prof && p.variant == VREGS && mt == 1) return launch_regs<R, 1, false>(p, sms, s, grid, used, dry);
       if (!xs && !ob && !prof && p.variant == VREGS && mt == 2) return launch_regs<R, 2, false>(p, sms, s, grid, used, dry);
+    }
+    if constexpr (R::BF16 && R::XSPLIT && R::BULK) {  // f16 activations with x split: bulk at 2 and 4 tiles
+      if (xs && !ob && !prof && p.variant == 3 && mt == 2) return launch_gemv<R, 2, false, true, false, 3>(p, sms, s, grid, used, dry);
+      if (xs && !ob && !prof && p.variant == 3 && mt == 4) return launch_gemv<R, 4, false, true, false, 3>(p, sms, s, grid, used, dry);
     }
     return -1;
   }

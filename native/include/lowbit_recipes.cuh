@@ -162,7 +162,7 @@ struct rec_f16_u3 {
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
-  static constexpr bool BULK = false;   // decode variant 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
@@ -404,7 +404,7 @@ struct rec_f16_i2 {
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
-  static constexpr bool BULK = false;   // decode variant 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
@@ -438,7 +438,7 @@ struct rec_f16_i3 {
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
-  static constexpr bool BULK = false;   // decode variant 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
@@ -642,7 +642,7 @@ struct rec_f16_f3e1m1 {
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
-  static constexpr bool BULK = false;   // decode variant 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
@@ -676,7 +676,7 @@ struct rec_f16_f3e2m0 {
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
-  static constexpr bool BULK = false;   // decode variant 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
@@ -710,7 +710,7 @@ struct rec_f16_f4e1m2 {
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
-  static constexpr bool BULK = false;   // decode variant 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
@@ -744,7 +744,7 @@ struct rec_f16_f4e2m1 {
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
-  static constexpr bool BULK = false;   // decode variant 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
@@ -778,7 +778,7 @@ struct rec_f16_f4e3m0 {
   static constexpr bool XSPLIT = false;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
-  static constexpr bool BULK = false;   // decode variant 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x64006400u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
@@ -1084,7 +1084,7 @@ struct rec_bf16_f6e5m0 {
   static constexpr bool XSPLIT = true;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
-  static constexpr bool BULK = false;   // decode variant 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
@@ -1254,7 +1254,7 @@ struct rec_bf16_f7e5m1 {
   static constexpr bool XSPLIT = true;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
-  static constexpr bool BULK = false;   // decode variant 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
@@ -1288,7 +1288,7 @@ struct rec_bf16_f7e6m0 {
   static constexpr bool XSPLIT = true;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
-  static constexpr bool BULK = false;   // decode variant 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
@@ -1458,7 +1458,7 @@ struct rec_bf16_f8e5m2 {
   static constexpr bool XSPLIT = true;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
-  static constexpr bool BULK = false;   // decode variant 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
@@ -1492,7 +1492,7 @@ struct rec_bf16_f8e6m1 {
   static constexpr bool XSPLIT = true;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
-  static constexpr bool BULK = false;   // decode variant 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
@@ -1526,7 +1526,7 @@ struct rec_bf16_f8e7m0 {
   static constexpr bool XSPLIT = true;   // also serves f16 activations (x split)
   static constexpr bool PROF = false;   // instrumented variant built
   static constexpr bool TUNE = false;   // decode variants 1, 2, 3 built
-  static constexpr bool BULK = false;   // decode variant 3 built
+  static constexpr bool BULK = true;   // decode variant 3 built
   static constexpr uint32_t MAGIC = 0x43004300u;  // pass to deq() through a register
   static constexpr float BIAS = 0.0f;   // deq() gives value + BIAS (added to the zero point)
   static constexpr bool OFFS = false;   // deq_off() built (an OFFSET recipe)
