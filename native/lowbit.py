@@ -235,7 +235,7 @@ def prof_mode(mode: str) -> int:
     return PROF_MODES[mode]
 VARIANT_NAMES = {v: k for k, v in DECODE_VARIANTS.items()}
 TUNED_RECIPES = LL.TUNED                                  # f16 recipes built with variants lean / lean3 too
-BULK_RECIPES = LL.BULK                                    # f16 recipes built with variant bulk (TUNED + other 5-8 bit)
+BULK_RECIPES = LL.BULK                                    # recipes built with bulk (every f16 one, the x-split bf16 ones)
 # The default, "auto": per (recipe, mt) the variant the H200 runs measured fastest (native/NOTES.md sections 9
 # and 12), lean for the other TUNED recipes, bulk for the other BULK recipes, base for the rest: base for u1 at
 # M > 8 (mt2: lean 0-3.4% slower in both flushes, its loop no shorter); bulk (one TMA copy of a stage's weights)
@@ -259,10 +259,10 @@ DECODE_TUNE_ROUNDS = 5
 def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = False) -> int:
     """The variant number the decode kernel of this weight runs with mt m16n8 tiles (native/lowbit._mt):
     "auto" resolves per (recipe, mt) (AUTO_VARIANT, then lean for TUNED and bulk for BULK recipes); lean and
-    lean3 exist for the TUNED recipes, bulk and regs for the BULK ones (f16, no x split; regs at mt = 1 and 2);
-    anything else falls back to base; with x split (f16 activations on a bf16 recipe), bulk where the recipe is BULK
-    and base otherwise. prof: the instrumented build of that same variant (built for PROF_VARIANTS), so an
-    instrumented call times the plain call's kernel plus its records."""
+    lean3 exist for the TUNED recipes, bulk, bulk1 and regs for the f16 BULK ones (regs at mt = 1 and 2), bulk and
+    bulk1 for the BULK bf16 recipes that serve f16 activations with x split; anything else falls back to base.
+    prof: the instrumented build of that same variant (built for PROF_VARIANTS), so an instrumented call times the
+    plain call's kernel plus its records."""
     name = pw.rec.name
     if variant == "timed":   # without a timing (LowbitMatmul.variant_num holds the timed choices): auto's
         variant = "auto"
@@ -297,9 +297,10 @@ def _median_ms(calls: dict, rounds: int, before=None, dev=None) -> dict:
 
 
 def decode_candidates(pw: "PackedWeight", mt: int) -> list:
-    """The variant numbers "timed" chooses from with mt tiles: auto's, then base, lean, bulk and regs where this
-    recipe is built with them (each has an instrumented build, so profiled() runs the plain call's kernel).
-    LowbitMatmul.decode_candidates also drops regs where its x does not fit in shared memory (one tile: x whole)."""
+    """The variant numbers "timed" chooses from with mt tiles: auto's, then base, lean, bulk, bulk1 and regs where
+    this recipe is built with them (each has an instrumented build, so profiled() runs the plain call's kernel).
+    LowbitMatmul.decode_candidates also drops regs where its x does not fit in shared memory (one tile: x whole) and
+    bulk1 where bulk runs one block per SM anyway."""
     out = []
     for name in ("auto", "base", "lean", "bulk", "bulk1", "regs"):
         v = variant_for(pw, name, mt)

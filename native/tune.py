@@ -90,8 +90,10 @@ def _parse_ints(flag: str, text) -> list[int]:
     return vals
 
 
-def _parse_points(text) -> list[tuple[str, int, int, int]]:
-    """--point "fmt,K,N,M;...": each a weight format of kernels.lowbit.formats and three positive integers."""
+def _parse_points(text) -> list[tuple[str, int, int, int, int]]:
+    """--point's "fmt,K,N,M[,group];...": (format, K, N, M, group) each, checked against what the native kernels take
+    (a weight format of kernels.lowbit.formats, three positive integers, group -1 per channel; default -1 for floats,
+    128 for integers)."""
     from kernels.lowbit.formats import parse_format
     out = []
     for pt in filter(None, (p.strip() for p in (text or "").split(";"))):
@@ -108,8 +110,12 @@ def _parse_points(text) -> list[tuple[str, int, int, int]]:
                 group = int(parts[4])
             except ValueError:
                 raise ValueError(f"--point {pt!r}: the group is an integer (-1: per channel)") from None
-            if group != -1 and (group < 32 or group % 32):
-                raise ValueError(f"--point {pt!r}: group {group} is not -1 or a multiple of 32")
+        from kernels.baselines import Case
+        from native import lowbit, lowbit_layout
+        why = lowbit.supports(Case(fmt, "f16", group, dims[0], dims[1], dims[2])) or \
+            lowbit_layout.group_ok(dims[0], group)   # a decode point: the decode kernel's rule too
+        if why:
+            raise ValueError(f"--point {pt!r}: {why}")
         out.append((fmt, *dims, group))
     if text and not out:
         raise ValueError(f"--point: no point in {text!r}")

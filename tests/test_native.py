@@ -567,7 +567,7 @@ def test_instr_diag_cli_without_gpu(capsys):
 
 
 @pytest.mark.parametrize("argv,msg", [(["--point", "u9,1,2,3"], "u9"), (["--point", "u4,8192,x,1"], "positive integers"),
-                                      (["--point", "u4,1,2"], "fmt,K,N,M"), (["--point", "u4,1,1,1", "--grid-mults", "0"],
+                                      (["--point", "u4,1,2"], "fmt,K,N,M"), (["--point", "u4,256,256,1", "--grid-mults", "0"],
                                                                             "--grid-mults"),
                                       (["--grid-mults", "2"], "give --point"), (["--samples", "0"], "--samples"),
                                       (["--json", "/"], "directory")])
@@ -586,7 +586,8 @@ def test_tune_point_parsing():
     assert _parse_points("i8,8192,57344,16,-1;u4,256,256,1,64") == [("i8", 8192, 57344, 16, -1), ("u4", 256, 256, 1, 64)]
     assert _parse_points(None) == []
     for bad, msg in (("u4,1,2", "is not fmt,K,N,M"), ("u4,1,2,3,4,5", "is not fmt,K,N,M"),
-                     ("u4,256,256,1,x", "the group is an integer"), ("u4,256,256,1,48", "not -1 or a multiple of 32")):
+                     ("u4,256,256,1,x", "the group is an integer"), ("u4,256,256,1,48", "does not divide K=256"),
+                     ("u4,256,256,1,8", "not a multiple of 32"), ("u4,250,256,1", "K=250 is not a multiple of 8")):
         with pytest.raises(ValueError, match=msg):
             _parse_points(bad)
 

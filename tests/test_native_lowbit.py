@@ -244,8 +244,9 @@ def test_decode_variants_exist_for_every_choice():
 
 
 def test_decode_variants_are_built_for_the_tuned_recipes():
-    """Variants lean / lean3 exist for LL.TUNED (f16, no x split) only; LowbitMatmul falls back to base
-    for every other recipe; the tuning extension compiles exactly those recipes."""
+    """Variants lean / lean3 exist for LL.TUNED (f16, no x split) only, bulk / bulk1 / regs for LL.BULK (every f16
+    recipe; bulk / bulk1 also for the bf16 recipes of x split); LowbitMatmul falls back to base for every other
+    recipe; the tuning extension compiles exactly the TUNED recipes."""
     head = (build.INCLUDE / "lowbit_recipes.cuh").read_text()
     for r in LL.all_recipes():
         assert f"static constexpr bool TUNE = {'true' if r.name in LL.TUNED else 'false'};" in head.split(

@@ -2,8 +2,8 @@
 // from global memory into registers, with no shared-memory stage and no per-stage __syncthreads.
 //
 // The same layout, work split (stream-K over (n-block, iteration)), m16n8k16 mma and group fold as
-// lowbit_gemv_kernel (lowbit_kernel.cuh), for the BULK f16 recipes (lowbit_layout.BULK: the TUNED ones and the other
-// 5-8 bit ones) at MT = 1 or 2 m16n8 tiles (M <= 8, <= 16), f16 out:
+// lowbit_gemv_kernel (lowbit_kernel.cuh), for the BULK f16 recipes (lowbit_layout.BULK: every f16 recipe) at
+// MT = 1 or 2 m16n8 tiles (M <= 8, <= 16), f16 out:
 //   - each lane loads its own VEC 16-byte vectors of a stage (ld.global.nc, no L1 allocation; a warp's load
 //     is 512 contiguous bytes) into a ring of D register stages (regs_depth); the loop is unrolled by D so
 //     that every ring entry is a fixed set of registers, and stage f + D - 1 is issued as stage f starts;
