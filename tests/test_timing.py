@@ -39,3 +39,44 @@ def test_cuda_timer_is_not_built_without_a_gpu():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     assert Timer("cpu").method == "cpu-wallclock"
+
+
+def test_exposed_samples_policy():
+    """A CUDA timing is run again when more than a tenth of its samples may hold a host wait."""
+    from harness.timing import exposed_too_many
+    assert not exposed_too_many(0, 50) and not exposed_too_many(5, 50) and exposed_too_many(6, 50)
+    assert not exposed_too_many(0, 3) and exposed_too_many(1, 3)
+    assert Timer("cpu", cpu_samples=2)(lambda: None).exposed is None     # no events, nothing to count
+
+
+class _Scripted(Timer):
+    """Timer whose samples are a script of exposed counts (the retry loop's own logic; the events need a GPU)."""
+    def __init__(self, script, **kw):
+        super().__init__("cuda", flush_l2=False, **kw)   # no CUDA call before _samples
+        self.script, self.leads = list(script), []
+
+    def _samples(self, run, lead_s, attempt):
+        from harness.timing import Timing
+        self.leads.append(lead_s)
+        exposed = self.script.pop(0)
+        first = exposed == self.samples            # every sample exposed: the first one too
+        return Timing(float(10 + exposed), 1.0, 2.0, self.samples, None, self.method, 0.1, exposed, attempt), first
+
+
+@pytest.mark.parametrize("script,leads,kept,attempt", [
+    ([0], [0.01], 0, 1),                     # none exposed: one run
+    ([5, 0], [0.01], 5, 1),                  # 5 / 50 is not too many
+    ([30, 2], [0.01, 0.04], 2, 2),           # retried once with a 4x lead
+    ([30, 20, 25], [0.01, 0.04, 0.16], 20, 2),   # at most two retries; the fewest exposed kept
+    ([50, 0], [0.01], 50, 1),                # the first sample exposed: the call synchronises, no retry
+])
+def test_host_ahead_retries_exposed_timings(script, leads, kept, attempt):
+    t = _Scripted(script)
+    got = t._retrying(lambda: None, 0.01)
+    assert t.leads == pytest.approx(leads) and got.exposed == kept and got.attempts == attempt
+
+
+def test_without_host_ahead_a_timing_runs_once():
+    t = _Scripted([40, 0], host_ahead=False)
+    got = t._retrying(lambda: None, 0.01)
+    assert t.leads == [None] and got.exposed == 40 and got.attempts == 1

@@ -152,6 +152,8 @@ class WeightOnlyMatmul:
         ]
         if t.host_ms is not None:     # host time per call: a row whose host_ms nears latency_ms is launch-bound
             ms.append(Metric("host_ms", t.host_ms, "ms", impl_config=c))
+        if t.exposed is not None:     # samples that may hold a host wait (harness.timing; retried when many)
+            ms.append(Metric("exposed_samples", t.exposed, "1", n_samples=t.n, impl_config=c))
         if floor_ms:
             ms += [Metric("floor_ms", floor_ms, "ms", impl_config=c),
                    Metric("roofline_frac", floor_ms / t.median_ms, "1", impl_config=c)]
@@ -181,7 +183,8 @@ class WeightOnlyMatmul:
                 check_numerics(torch.matmul(x, w), x.double() @ w.double(), DEFAULT_TOL["f16"])
                 t = ctx.timer(lambda: torch.matmul(x, w))
                 cache[key] = Metric("read_ref_ms", t.median_ms, "ms", t.p10_ms, t.p90_ms, t.n, t.sm_clock_mhz,
-                                    f"cublas f16 x[{point.M},{point.K}] @ W[{point.K},{n}] (same weight bytes)")
+                                    f"cublas f16 x[{point.M},{point.K}] @ W[{point.K},{n}] (same weight bytes)"
+                                    + (f"; {t.exposed}/{t.n} samples exposed to the host" if t.exposed else ""))
             except (NumericsFail, torch.OutOfMemoryError) as e:
                 print(f"read_ref (M={point.M}, K={point.K}, N'={n}) not measured: {type(e).__name__}: {e}",
                       file=sys.stderr)
