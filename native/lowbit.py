@@ -243,10 +243,14 @@ BULK_RECIPES = LL.BULK                                    # recipes built with b
 # points, 0.2-2.3% slower at the other 2); 4-bit stays on lean (bulk 1.6-13% slower at 11 of the 12 points of u4 and
 # i4, a tie at the 12th) -- until bulk's 4-bit build counted its partial pieces at the block's end (DEFER in
 # lowbit_kernel.cuh; section 13): then bulk was faster than lean at 10 of the 12 u4 / i4 points (by 2-10%), behind
-# at (8192, 8192) M=16 only, so 4-bit runs bulk too. Every variant stays selectable.
+# at (8192, 8192) M=16 only, so 4-bit runs bulk too. The 3-bit recipes u3, i3 and f3e1m1 stay on base, which they ran
+# before bulk was built for them (section 30; measured on an H100 only: bulk 1.4-5.5% slower than base at all four
+# 3-bit points). Every variant stays selectable. (regs, the fastest at most 2-4 bit points, is not auto's: at one
+# tile it needs x whole in shared memory, which not every K allows.)
 AUTO_VARIANT = {("f16_u1", 2): "base", ("f16_u2", 1): "bulk", ("f16_u2", 2): "bulk",
                 ("f16_u8", 1): "bulk", ("f16_u8", 2): "bulk", ("f16_f6e3m2", 1): "bulk", ("f16_f6e3m2", 2): "bulk",
-                ("f16_u4", 1): "bulk", ("f16_u4", 2): "bulk", ("f16_i4", 1): "bulk", ("f16_i4", 2): "bulk"}
+                ("f16_u4", 1): "bulk", ("f16_u4", 2): "bulk", ("f16_i4", 1): "bulk", ("f16_i4", 2): "bulk",
+                **{(f"f16_{f}", mt): "base" for f in ("u3", "i3", "f3e1m1") for mt in (1, 2)}}
 # "timed" (the default since 2 Dec 2026): the fastest of decode_candidates() timed on the first call at each (recipe,
 # tiles, K, N) -- the static table above is per recipe and tiles only, and e.g. bulk's 4-bit build is 7-12% slower
 # than lean at (8192, 8192) M=16 while faster at most other shapes (section 13) -- auto's choice inside a CUDA-graph

@@ -284,15 +284,15 @@ def test_decode_variants_are_built_for_the_tuned_recipes():
 
 
 def test_default_variant_per_recipe_and_tiles():
-    """The default ("auto", native/NOTES.md sections 9, 12 and 13): bulk for u2, u4, i4, u8 and f6e3m2, base for u1 at M > 8
-    (mt2), lean for every other TUNED recipe; base for everything without variants; every variant stays
-    selectable."""
+    """The default ("auto", native/NOTES.md sections 9, 12, 13 and 30): bulk for u2, u4, i4, u8 and f6e3m2, base for u1 at
+    M > 8 (mt2), lean for every other TUNED recipe; base for u3 / i3 / f3e1m1 at one and two tiles (bulk measured
+    slower), bulk for the other BULK recipes; base for everything without variants; every variant stays selectable."""
     assert lowbit.DEFAULT_VARIANT == "timed"
     assert set(lowbit.VARIANT_CHOICES) == {"timed", "auto", *lowbit.DECODE_VARIANTS}
-    assert all(name in LL.TUNED and v in lowbit.DECODE_VARIANTS for (name, _), v in lowbit.AUTO_VARIANT.items())
+    assert all(name in LL.BULK and v in lowbit.DECODE_VARIANTS for (name, _), v in lowbit.AUTO_VARIANT.items())
     for fmt, act in [("u1", "f16"), ("u2", "f16"), ("u4", "f16"), ("i4", "f16"), ("u8", "f16"), ("f6e3m2", "f16"),
                      ("u3", "f16"), ("u4", "bf16"), ("f8e5m2", "f16"), ("i8", "f16"), ("f8e4m3", "f16"), ("u5", "f16"),
-                     ("u8", "bf16")]:
+                     ("u8", "bf16"), ("i3", "f16"), ("f3e1m1", "f16"), ("f4e2m1", "f16"), ("i2", "f16")]:
         pw = lowbit.pack(random_quantized(256, 256, fmt, -1, ACTS[act]))
         tuned = pw.rec.name in LL.TUNED and not pw.xsplit
         for M in range(1, lowbit.DECODE_MAX_M + 1):
@@ -300,7 +300,7 @@ def test_default_variant_per_recipe_and_tiles():
             bulk = pw.rec.name in LL.BULK and (pw.rec.target == "f16" or pw.xsplit)
             regs = bulk and not pw.xsplit
             want = (0 if fmt == "u1" and M > 8 else 3 if fmt in ("u2", "u4", "i4", "u8", "f6e3m2") else 1) if tuned else \
-                (3 if bulk else 0)
+                (0 if fmt in ("u3", "i3", "f3e1m1") and mt <= 2 else 3 if bulk else 0)
             assert lowbit.variant_for(pw, "auto", mt) == want, (fmt, act, M)
             assert lowbit.variant_for(pw, "timed", mt) == want   # before (or without) a timing: auto's choice
             cands = lowbit.decode_candidates(pw, mt)   # what "timed" times: auto's first, each built, once
