@@ -80,9 +80,25 @@ def _variant(impl_config: str) -> str:
     return m.group(1) if m and not m.group(1).startswith(("f16_", "bf16_")) else "base"
 
 
+def _within_spread(band: pd.DataFrame | None, r: pd.Series, others: pd.Series) -> str:
+    """"yes" where the native kernel's p10-p90 overlaps that of the faster of Triton and Tilus at this point (the
+    verdict of "faster than both" is then within the noise), "no" where they are apart, "" without both bands."""
+    if band is None or others.isna().all():
+        return ""
+    rival = {"Triton us": "triton", "Tilus us": "tilus"}[others.idxmin()]
+    key = tuple(r[k] for k in KEY)
+    try:
+        a, b = band.loc[key + ("native",)], band.loc[key + (rival,)]
+    except KeyError:
+        return ""
+    if a.isna().any() or b.isna().any():
+        return ""
+    return "yes" if a["p10"] <= b["p90"] and b["p10"] <= a["p90"] else "no"
+
+
 def decode_targets(df: pd.DataFrame) -> pd.DataFrame:
     ok = df[(df["status"] == "ok") & (df["M"] <= 16)]
-    lat = ok[ok["metric"] == "latency_ms"]
+    lat = lat_ok = ok[ok["metric"] == "latency_ms"]
     if not (lat["impl"] == "native").any():
         return pd.DataFrame()
     lat = lat.groupby(KEY + ["impl"])["value"].median().unstack("impl")
@@ -105,6 +121,9 @@ def decode_targets(df: pd.DataFrame) -> pd.DataFrame:
     others = out[["Triton us", "Tilus us"]]
     out["faster than both"] = np.where(others.isna().all(axis=1), "",
                                        np.where((out["native us"] < others.min(axis=1)), "yes", "no"))
+    # DESIGN.md: a difference is believed only where the two timings do not overlap within their p10-p90 spread
+    band = lat_ok.groupby(KEY + ["impl"])[["p10", "p90"]].median() if {"p10", "p90"} <= set(lat_ok) else None
+    out["within spread"] = [_within_spread(band, r, others.loc[i]) for i, r in out.iterrows()]
     out["variant"] = variant.reindex(pd.MultiIndex.from_frame(out[KEY])).fillna("").to_numpy()
     ref = ok[ok["metric"] == "read_ref_ms"].groupby(KEY)["value"].median().reindex(pd.MultiIndex.from_frame(out[KEY]))
     out["cuBLAS same bytes us"] = 1e3 * ref.to_numpy()
@@ -121,16 +140,23 @@ def decode_summary(df: pd.DataFrame) -> list[str]:
     t = decode_targets(df)
     if t.empty:
         return []
-    name = lambda r: f"{r['weight_dtype']} M={r['M']} ({r['K']}, {r['N']})"  # noqa: E731
+    name = lambda r: f"{r['weight_dtype']} M={r['M']:g} ({r['K']:g}, {r['N']:g})"  # noqa: E731
+    frac = t["% of floor"].dropna()
     out = [f"Native CUDA kernel: the issue's floor target (90% of the floor for 3-8 bit, 75% for 1-2 bit) is met at "
            f"{int((t['met'] == 'yes').sum())} of {len(t)} points; its best fraction is "
-           f"{t['% of floor'].max():.1f}% ({name(t.loc[t['% of floor'].idxmax()])})."]
+           f"{frac.max():.1f}% ({name(t.loc[frac.idxmax()])})." if len(frac) else
+           f"Native CUDA kernel: {len(t)} decode points, none with a floor (no roofline_frac rows)."]
     cmp = t[t["faster than both"] != ""]
     if len(cmp):
         behind = cmp[cmp["faster than both"] == "no"]
+        near = lambda d: d[d["within spread"] == "yes"]  # noqa: E731
+        won_near = near(cmp[cmp["faster than both"] == "yes"])
         out.append(f"It is faster than both our Triton and our Tilus kernel at {len(cmp) - len(behind)} of {len(cmp)} "
                    "points" + (f"; behind at {', '.join(name(r) for _, r in behind.iterrows())}" if len(behind) else "")
-                   + ".")
+                   + ". Within the p10-p90 spread of the faster of the two (no difference to believe): "
+                   + (f"{len(won_near)} of the wins" if len(won_near) else "none of the wins") + ", "
+                   + (f"{len(near(behind))} of the losses ({', '.join(name(r) for _, r in near(behind).iterrows())})"
+                      if len(near(behind)) else "none of the losses") + ".")
     ref = t[t["x cuBLAS pace"].notna()]
     if len(ref):
         fast = ref[ref["x cuBLAS pace"] >= PACE_OK]

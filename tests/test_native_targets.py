@@ -27,7 +27,24 @@ def test_decode_targets_met_missed_and_faster():
     assert t.loc["u8", "met"] == "yes" and t.loc["u8", "why"] == "" and t.loc["u8", "faster than both"] == "no"
     assert t.loc["u2", "met"] == "no" and "issue-bound" in t.loc["u2", "why"]
     assert t.loc["u2", "faster than both"] == "yes" and abs(t.loc["u2", "% of floor"] - 40) < 1e-9
+    assert t.loc["u8", "within spread"] == t.loc["u2", "within spread"] == "no"   # p10-p90 of +-2%: apart
     assert decode_targets(pd.DataFrame([_rows("triton", "u4", 1, "latency_ms", 0.09)])).empty
+
+
+def test_decode_targets_say_when_a_verdict_is_within_the_spread():
+    """DESIGN.md: a difference is believed only where the p10-p90 bands do not overlap; the band compared is the
+    faster rival's (Tilus here), and a point without bands has no say."""
+    rows = [_rows("native", "i4", 1, "latency_ms", 0.0970), _rows("tilus", "i4", 1, "latency_ms", 0.0955),
+            _rows("triton", "i4", 1, "latency_ms", 0.2000),                 # 1.6% apart, bands of +-2%: overlap
+            _rows("native", "u4", 1, "latency_ms", 0.0900), _rows("tilus", "u4", 1, "latency_ms", 0.0930)]
+    t = decode_targets(pd.DataFrame(rows)).set_index("weight_dtype")
+    assert t.loc["i4", "faster than both"] == "no" and t.loc["i4", "within spread"] == "yes"
+    assert t.loc["u4", "faster than both"] == "yes" and t.loc["u4", "within spread"] == "yes"
+    from experiments.native_targets import decode_summary
+    s = decode_summary(pd.DataFrame(rows))[1]
+    assert "behind at i4 M=1" in s and "1 of the wins, 1 of the losses (i4 M=1 (8192, 57344))" in s
+    wide = [dict(r, p10=float("nan"), p90=float("nan")) for r in rows]
+    assert (decode_targets(pd.DataFrame(wide))["within spread"] == "").all()
 
 
 def test_decode_targets_name_the_variant_and_its_limit():
@@ -101,7 +118,7 @@ def test_decode_summary_counts_from_the_table():
     from experiments.native_targets import decode_summary
     s = decode_summary(pd.DataFrame(rows))
     assert "met at 1 of 2 points" in s[0] and "93.0% (u8 M=1 (8192, 57344))" in s[0]
-    assert "at 1 of 2 points; behind at u8 M=1" in s[1]
+    assert "at 1 of 2 points; behind at u8 M=1" in s[1] and "none of the wins, none of the losses" in s[1]
     assert "beyond the vendor's own reader at 1 of 2 points" in s[2] and "at 1 of 2 points (u8 M=1" in s[2]
     assert decode_summary(pd.DataFrame([_rows("triton", "u4", 1, "latency_ms", 0.09)])) == []
 
