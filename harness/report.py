@@ -98,7 +98,21 @@ def _status(df: pd.DataFrame) -> str:
         bad = bad.assign(error=bad["error"].fillna("").map(lambda s: s if len(s) <= 220 else s[:217] + "..."))
         out += "\nPoints that did not run, and why (first of each kind):\n\n"
         out += md_table(bad[["gpu", "impl", *axes, "status", "error"]])
-    return out
+    return out + _exposed(df)
+
+
+def _exposed(df: pd.DataFrame) -> str:
+    """The matmul points whose timing kept more than a tenth of its samples exposed to the host (harness.timing:
+    the GPU had passed a sample's start before its call was enqueued, even after the retries)."""
+    from harness.timing import exposed_too_many
+    e = df[(df["metric"] == "exposed_samples") & df["value"].notna() & df["n_samples"].notna()]
+    e = e[[exposed_too_many(int(v), int(n)) for v, n in zip(e["value"], e["n_samples"])]]
+    if e.empty:
+        return ""
+    axes = [a for a in AXES if a in e and (e[a].astype(str).replace({"<NA>": "", "nan": ""}) != "").any()]
+    return ("\nTimings with more than a tenth of their samples exposed to the host (their medians may hold host "
+            "waits; README, Timing recipe):\n\n" + md_table(e[["gpu", "impl", *axes, "value", "n_samples"]]
+                                                          .rename(columns={"value": "exposed samples"})))
 
 
 def _run_time(df: pd.DataFrame) -> str:

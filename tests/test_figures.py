@@ -312,3 +312,17 @@ def test_the_explanatory_figures_draw_from_the_default_sweep_and_from_the_larger
         assert sorted(ax.get_title().split(":")[0] for ax in fig.axes) == wls
         plt.close(fig)
         assert len(noise.counters(df)) == 4 * len(wls) and len(noise.said(df)) == len(wls)
+
+
+def test_status_names_timings_exposed_to_the_host():
+    """The report lists the matmul points whose timing kept more than a tenth of its samples exposed to the host."""
+    from harness.report import _exposed
+    base = dict(gpu="h200", model="llama3_70b", weight_dtype="u4", K=8192, N=57344, metric="exposed_samples")
+    df = pd.DataFrame([dict(base, impl="native", M=1, value=0, n_samples=50),
+                       dict(base, impl="triton", M=1, value=5, n_samples=50),      # a tenth: not listed
+                       dict(base, impl="tilus", M=16, value=31, n_samples=50),
+                       dict(base, impl="native", M=16, metric="latency_ms", value=0.1, n_samples=50)])
+    text = _exposed(df)
+    assert "exposed to the host" in text and "| tilus |" in text and "| 31 |" in text
+    assert "| triton |" not in text and "| native |" not in text
+    assert _exposed(df[df["impl"] != "tilus"]) == ""
