@@ -80,22 +80,6 @@ def _variant(impl_config: str) -> str:
     return m.group(1) if m and not m.group(1).startswith(("f16_", "bf16_")) else "base"
 
 
-def _within_spread(band: pd.DataFrame | None, r: pd.Series, others: pd.Series) -> str:
-    """"yes" where the native kernel's p10-p90 overlaps that of the faster of Triton and Tilus at this point (the
-    verdict of "faster than both" is then within the noise), "no" where they are apart, "" without both bands."""
-    if band is None or others.isna().all():
-        return ""
-    rival = {"Triton us": "triton", "Tilus us": "tilus"}[others.idxmin()]
-    key = tuple(r[k] for k in KEY)
-    try:
-        a, b = band.loc[key + ("native",)], band.loc[key + (rival,)]
-    except KeyError:
-        return ""
-    if a.isna().any() or b.isna().any():
-        return ""
-    return "yes" if a["p10"] <= b["p90"] and b["p10"] <= a["p90"] else "no"
-
-
 def decode_targets(df: pd.DataFrame) -> pd.DataFrame:
     ok = df[(df["status"] == "ok") & (df["M"] <= 16)]
     lat = lat_ok = ok[ok["metric"] == "latency_ms"]
@@ -121,9 +105,16 @@ def decode_targets(df: pd.DataFrame) -> pd.DataFrame:
     others = out[["Triton us", "Tilus us"]]
     out["faster than both"] = np.where(others.isna().all(axis=1), "",
                                        np.where((out["native us"] < others.min(axis=1)), "yes", "no"))
-    # DESIGN.md: a difference is believed only where the two timings do not overlap within their p10-p90 spread
-    band = lat_ok.groupby(KEY + ["impl"])[["p10", "p90"]].median() if {"p10", "p90"} <= set(lat_ok) else None
-    out["within spread"] = [_within_spread(band, r, others.loc[i]) for i, r in out.iterrows()]
+    # DESIGN.md: a difference is believed only where the two timings' p10-p90 bands do not overlap; "yes" where the
+    # native band overlaps that of the faster of Triton and Tilus, "no" where apart, "" without both bands
+    idx = pd.MultiIndex.from_frame(out[KEY])
+    band = lambda impl, q: (lat_ok[lat_ok["impl"] == impl].groupby(KEY)[q].median().reindex(idx).to_numpy()  # noqa: E731
+                            if q in lat_ok else np.full(len(out), np.nan))
+    rival_tilus = (others["Tilus us"] < others["Triton us"]) | others["Triton us"].isna()
+    r10, r90 = (np.where(rival_tilus, band("tilus", q), band("triton", q)) for q in ("p10", "p90"))
+    n10, n90 = band("native", "p10"), band("native", "p90")
+    known = ~np.isnan(np.stack([n10, n90, r10, r90])).any(axis=0) & others.notna().any(axis=1).to_numpy()
+    out["within spread"] = np.where(known, np.where((n10 <= r90) & (r10 <= n90), "yes", "no"), "")
     out["variant"] = variant.reindex(pd.MultiIndex.from_frame(out[KEY])).fillna("").to_numpy()
     ref = ok[ok["metric"] == "read_ref_ms"].groupby(KEY)["value"].median().reindex(pd.MultiIndex.from_frame(out[KEY]))
     out["cuBLAS same bytes us"] = 1e3 * ref.to_numpy()

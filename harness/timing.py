@@ -64,7 +64,6 @@ class Timing:
     method: str             # cuda-events | cuda-graph | cpu-wallclock
     host_ms: float | None = None   # median host time of one call (enqueue only); >= median_ms: host-bound
     exposed: int | None = None     # samples the GPU may have waited on the host in (exposed_samples); None: not CUDA
-    attempts: int = 1              # timings run (host_ahead retries one whose samples were exposed)
 
 
 def quantile(xs: list[float], q: float) -> float:
@@ -159,8 +158,8 @@ class Timer:
         out before one call was enqueued, so the call waits for the GPU itself (it synchronises) and a
         longer lead would not change it."""
         best = None
-        for attempt in range(1, (1 + self.RETRIES if self.host_ahead else 1) + 1):
-            t, first = self._samples(run, lead_s if self.host_ahead else None, attempt)
+        for _ in range(1 + self.RETRIES if self.host_ahead else 1):
+            t, first = self._samples(run, lead_s if self.host_ahead else None)
             if best is None or t.exposed <= best.exposed:
                 best = t
             if first or not exposed_too_many(t.exposed, t.n):
@@ -168,7 +167,7 @@ class Timer:
             lead_s *= 4                        # the host was slower than the warm-up said: a longer lead
         return best
 
-    def _samples(self, run: Callable[[], object], lead_s: float | None, attempt: int) -> tuple[Timing, bool]:
+    def _samples(self, run: Callable[[], object], lead_s: float | None) -> tuple[Timing, bool]:
         """One timing of self.samples calls of run, and whether its first sample was exposed."""
         if lead_s is not None:
             # Keep the GPU busy while the host enqueues every sample, so that the events time
@@ -198,7 +197,7 @@ class Timer:
         torch.cuda.synchronize()
         ts = [s.elapsed_time(e) for s, e in zip(starts, ends)]
         return Timing(statistics.median(ts), quantile(ts, 0.1), quantile(ts, 0.9), len(ts), clock, self.method,
-                      statistics.median(host), exposed, attempt), first
+                      statistics.median(host), exposed), first
 
 
 def exposed_too_many(exposed: int, n: int) -> bool:

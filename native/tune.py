@@ -94,7 +94,9 @@ def _parse_points(text) -> list[tuple[str, int, int, int, int]]:
     """--point's "fmt,K,N,M[,group];...": (format, K, N, M, group) each, checked against what the native kernels take
     (a weight format of kernels.lowbit.formats, three positive integers, group -1 per channel; default -1 for floats,
     128 for integers)."""
+    from kernels.baselines import Case
     from kernels.lowbit.formats import parse_format
+    from native import lowbit, lowbit_layout
     out = []
     for pt in filter(None, (p.strip() for p in (text or "").split(";"))):
         parts = [p.strip() for p in pt.split(",")]
@@ -110,8 +112,6 @@ def _parse_points(text) -> list[tuple[str, int, int, int, int]]:
                 group = int(parts[4])
             except ValueError:
                 raise ValueError(f"--point {pt!r}: the group is an integer (-1: per channel)") from None
-        from kernels.baselines import Case
-        from native import lowbit, lowbit_layout
         why = lowbit.supports(Case(fmt, "f16", group, dims[0], dims[1], dims[2])) or \
             lowbit_layout.group_ok(dims[0], group)   # a decode point: the decode kernel's rule too
         if why:

@@ -55,28 +55,28 @@ class _Scripted(Timer):
         super().__init__("cuda", flush_l2=False, **kw)   # no CUDA call before _samples
         self.script, self.leads = list(script), []
 
-    def _samples(self, run, lead_s, attempt):
+    def _samples(self, run, lead_s):
         from harness.timing import Timing
         self.leads.append(lead_s)
         exposed = self.script.pop(0)
         first = exposed == self.samples            # every sample exposed: the first one too
-        return Timing(float(10 + exposed), 1.0, 2.0, self.samples, None, self.method, 0.1, exposed, attempt), first
+        return Timing(float(10 + exposed), 1.0, 2.0, self.samples, None, self.method, 0.1, exposed), first
 
 
-@pytest.mark.parametrize("script,leads,kept,attempt", [
-    ([0], [0.01], 0, 1),                     # none exposed: one run
-    ([5, 0], [0.01], 5, 1),                  # 5 / 50 is not too many
-    ([30, 2], [0.01, 0.04], 2, 2),           # retried once with a 4x lead
-    ([30, 20, 25], [0.01, 0.04, 0.16], 20, 2),   # at most two retries; the fewest exposed kept
-    ([50, 0], [0.01], 50, 1),                # the first sample exposed: the call synchronises, no retry
+@pytest.mark.parametrize("script,leads,kept", [
+    ([0], [0.01], 0),                        # none exposed: one run
+    ([5, 0], [0.01], 5),                     # 5 / 50 is not too many
+    ([30, 2], [0.01, 0.04], 2),              # retried once with a 4x lead
+    ([30, 20, 25], [0.01, 0.04, 0.16], 20),  # at most two retries; the fewest exposed kept
+    ([50, 0], [0.01], 50),                   # the first sample exposed: the call synchronises, no retry
 ])
-def test_host_ahead_retries_exposed_timings(script, leads, kept, attempt):
+def test_host_ahead_retries_exposed_timings(script, leads, kept):
     t = _Scripted(script)
     got = t._retrying(lambda: None, 0.01)
-    assert t.leads == pytest.approx(leads) and got.exposed == kept and got.attempts == attempt
+    assert t.leads == pytest.approx(leads) and got.exposed == kept
 
 
 def test_without_host_ahead_a_timing_runs_once():
     t = _Scripted([40, 0], host_ahead=False)
     got = t._retrying(lambda: None, 0.01)
-    assert t.leads == [None] and got.exposed == 40 and got.attempts == 1
+    assert t.leads == [None] and got.exposed == 40
