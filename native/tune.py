@@ -126,12 +126,14 @@ def _point(a, variants, prep, dt) -> int:
     """Points ("fmt,K,N,M;..."), each checked against float64 per variant and grid, then either launched
     a.launches times (a profiler's target) or, with --grid-mults, timed at each multiple of the default
     grid (SMs x occupancy): more, shorter stream-K ranges let the hardware's block scheduler even out
-    SMs that stream slower (the instrumented run's blocks end 74-89 us after a common start)."""
+    SMs that stream slower (the instrumented run's blocks end 74-89 us after a common start); with --grids,
+    timed at each of these grids (a multiple of the n-blocks, e.g. 224 at N = 57344, splits every n-block's K
+    into equal pieces that cross no n-block: the data-parallel split)."""
     from harness.timing import Timer
     from kernels.lowbit.formats import dequantize_ref, random_quantized
     from native import lowbit
-    mults = a.mults
-    timer, clean = (Timer(samples=a.samples, warmup_ms=10), CleanTimer(a.samples)) if mults else (None, None)
+    timed = bool(a.mults or a.grids)
+    timer, clean = (Timer(samples=a.samples, warmup_ms=10), CleanTimer(a.samples)) if timed else (None, None)
     bad, rows = 0, []
     for fmt, K, N, M, g in a.points:
         qw = random_quantized(K, N, fmt, g, dt, seed=7, device="cuda")
@@ -139,13 +141,14 @@ def _point(a, variants, prep, dt) -> int:
         pw = lowbit.pack(qw)
         for v in variants:
             base_grid = prep(qw, v, pw=pw).grid_for(M)
-            for mult in mults or [0]:
-                fn = prep(qw, v, grid=base_grid * mult if mult else None, pw=pw)
+            grids = [(f"x{m}", base_grid * m) for m in a.mults] + [(f"={g}", g) for g in a.grids]
+            for label, grid in grids or [("x1", None)]:
+                fn = prep(qw, v, grid=grid, pw=pw)
                 x = torch.randn(M, K, device="cuda").to(dt)
                 ok, e, msg = _check(fn, x, w64, lowbit)
-                r = dict(fmt=fmt, K=K, N=N, M=M, group=g, variant=v, grid_mult=mult, ok=ok, err=e, config=fn.chosen_config(M))
+                r = dict(fmt=fmt, K=K, N=N, M=M, group=g, variant=v, grid=label, ok=ok, err=e, config=fn.chosen_config(M))
                 bad += not ok
-                if ok and mults:
+                if ok and timed:
                     r["ms"], r["ms_clean"] = timer(lambda: fn(x)).median_ms, clean(lambda: fn(x))
                     ok, e2, msg = _check(fn, x, w64, lowbit)   # still right (and the workspace zero) after the runs
                     r.update(ok=ok, err_after=e2)
@@ -155,7 +158,7 @@ def _point(a, variants, prep, dt) -> int:
                         fn(x)
                     torch.cuda.synchronize()
                 rows.append(r)
-                print(f"point {fmt} K={K} N={N} M={M} g={g} {v} grid x{mult or 1}: {'ok' if ok else 'FAIL ' + msg} err {e}"
+                print(f"point {fmt} K={K} N={N} M={M} g={g} {v} grid {label}: {'ok' if ok else 'FAIL ' + msg} err {e}"
                       + (f" {r['ms'] * 1e3:.1f} us (clean {r['ms_clean'] * 1e3:.1f})" if "ms" in r else "")
                       + f" [{r['config']}]", flush=True)
         del qw, w64, pw
@@ -217,11 +220,15 @@ def main(argv=None):
     ap.add_argument("--launches", type=int, default=3)
     ap.add_argument("--grid-mults", default=None, metavar="1,2,4",
                     help="with --point: time each point at these multiples of the default grid")
+    ap.add_argument("--grids", default=None, metavar="224,448",
+                    help="with --point: time each point at these grids (blocks; at most the work items are launched)")
     a = ap.parse_args(argv)
     try:
         a.points, a.mults = _parse_points(a.point), _parse_ints("--grid-mults", a.grid_mults)
-        if a.mults and not a.points:
-            raise ValueError("--grid-mults times the points of --point: give --point too")
+        a.grids = _parse_ints("--grids", a.grids)
+        for flag, v in (("--grid-mults", a.mults), ("--grids", a.grids)):
+            if v and not a.points:
+                raise ValueError(f"{flag} times the points of --point: give --point too")
         _check_json_path(a.json)
         for flag, v in (("--samples", a.samples), ("--launches", a.launches)):
             if v < 1:

@@ -569,7 +569,8 @@ def test_instr_diag_cli_without_gpu(capsys):
 @pytest.mark.parametrize("argv,msg", [(["--point", "u9,1,2,3"], "u9"), (["--point", "u4,8192,x,1"], "positive integers"),
                                       (["--point", "u4,1,2"], "fmt,K,N,M"), (["--point", "u4,256,256,1", "--grid-mults", "0"],
                                                                             "--grid-mults"),
-                                      (["--grid-mults", "2"], "give --point"), (["--samples", "0"], "--samples"),
+                                      (["--grid-mults", "2"], "give --point"), (["--grids", "224"], "give --point"),
+                                      (["--point", "u4,256,256,1", "--grids", "0"], "--grids"), (["--samples", "0"], "--samples"),
                                       (["--json", "/"], "directory")])
 def test_tune_cli_rejects_bad_values_before_gpu_work(argv, msg, capsys):
     pytest.importorskip("torch")
