@@ -128,11 +128,12 @@ def _point(a, variants, prep, dt) -> int:
     grid (SMs x occupancy): more, shorter stream-K ranges let the hardware's block scheduler even out
     SMs that stream slower (the instrumented run's blocks end 74-89 us after a common start); with --grids,
     timed at each of these grids (a multiple of the n-blocks, e.g. 224 at N = 57344, splits every n-block's K
-    into equal pieces that cross no n-block: the data-parallel split)."""
+    into equal pieces that cross no n-block: the data-parallel split); with --data-parallel, also at the largest
+    multiple of the point's n-blocks not above the default grid (at least the n-blocks)."""
     from harness.timing import Timer
     from kernels.lowbit.formats import dequantize_ref, random_quantized
     from native import lowbit
-    timed = bool(a.mults or a.grids)
+    timed = bool(a.mults or a.grids or a.data_parallel)
     timer, clean = (Timer(samples=a.samples, warmup_ms=10), CleanTimer(a.samples)) if timed else (None, None)
     bad, rows = 0, []
     for fmt, K, N, M, g in a.points:
@@ -142,6 +143,9 @@ def _point(a, variants, prep, dt) -> int:
         for v in variants:
             base_grid = prep(qw, v, pw=pw).grid_for(M)
             grids = [(f"x{m}", base_grid * m) for m in a.mults] + [(f"={g}", g) for g in a.grids]
+            if a.data_parallel:
+                nb = pw.L.nblocks
+                grids.append((f"dp{max(nb, base_grid // nb * nb)}", max(nb, base_grid // nb * nb)))
             for label, grid in grids or [("x1", None)]:
                 fn = prep(qw, v, grid=grid, pw=pw)
                 x = torch.randn(M, K, device="cuda").to(dt)
@@ -222,11 +226,14 @@ def main(argv=None):
                     help="with --point: time each point at these multiples of the default grid")
     ap.add_argument("--grids", default=None, metavar="224,448",
                     help="with --point: time each point at these grids (blocks; at most the work items are launched)")
+    ap.add_argument("--data-parallel", action="store_true",
+                    help="with --point: also time each point at the largest multiple of its n-blocks not above the "
+                         "default grid (no stream-K piece crosses an n-block)")
     a = ap.parse_args(argv)
     try:
         a.points, a.mults = _parse_points(a.point), _parse_ints("--grid-mults", a.grid_mults)
         a.grids = _parse_ints("--grids", a.grids)
-        for flag, v in (("--grid-mults", a.mults), ("--grids", a.grids)):
+        for flag, v in (("--grid-mults", a.mults), ("--grids", a.grids), ("--data-parallel", a.data_parallel)):
             if v and not a.points:
                 raise ValueError(f"{flag} times the points of --point: give --point too")
         _check_json_path(a.json)

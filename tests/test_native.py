@@ -570,6 +570,7 @@ def test_instr_diag_cli_without_gpu(capsys):
                                       (["--point", "u4,1,2"], "fmt,K,N,M"), (["--point", "u4,256,256,1", "--grid-mults", "0"],
                                                                             "--grid-mults"),
                                       (["--grid-mults", "2"], "give --point"), (["--grids", "224"], "give --point"),
+                                      (["--data-parallel"], "give --point"),
                                       (["--point", "u4,256,256,1", "--grids", "0"], "--grids"), (["--samples", "0"], "--samples"),
                                       (["--json", "/"], "directory")])
 def test_tune_cli_rejects_bad_values_before_gpu_work(argv, msg, capsys):
