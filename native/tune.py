@@ -129,7 +129,7 @@ def _point(a, variants, prep, dt) -> int:
     SMs that stream slower (the instrumented run's blocks end 74-89 us after a common start); with --grids,
     timed at each of these grids (a multiple of the n-blocks, e.g. 224 at N = 57344, splits every n-block's K
     into equal pieces that cross no n-block: the data-parallel split); with --data-parallel, also at the largest
-    multiple of the point's n-blocks not above the default grid (at least the n-blocks)."""
+    multiple of the point's n-blocks not above the default grid (at least the n-blocks), beside the default grid."""
     from harness.timing import Timer
     from kernels.lowbit.formats import dequantize_ref, random_quantized
     from native import lowbit
@@ -143,8 +143,9 @@ def _point(a, variants, prep, dt) -> int:
         for v in variants:
             base_grid = prep(qw, v, pw=pw).grid_for(M)
             grids = [(f"x{m}", base_grid * m) for m in a.mults] + [(f"={g}", g) for g in a.grids]
-            if a.data_parallel:
+            if a.data_parallel:   # beside the default grid
                 nb = pw.L.nblocks
+                grids += [] if a.mults else [("x1", None)]
                 grids.append((f"dp{max(nb, base_grid // nb * nb)}", max(nb, base_grid // nb * nb)))
             for label, grid in grids or [("x1", None)]:
                 fn = prep(qw, v, grid=grid, pw=pw)
