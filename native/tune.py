@@ -129,7 +129,8 @@ def _point(a, variants, prep, dt) -> int:
     SMs that stream slower (the instrumented run's blocks end 74-89 us after a common start); with --grids,
     timed at each of these grids (a multiple of the n-blocks, e.g. 224 at N = 57344, splits every n-block's K
     into equal pieces that cross no n-block: the data-parallel split); with --data-parallel, also at the largest
-    multiple of the point's n-blocks not above the default grid (at least the n-blocks), beside the default grid."""
+    multiple of the point's n-blocks not above the default grid (at least the n-blocks); the default grid (x1) is
+    always among them unless --grid-mults names others."""
     from harness.timing import Timer
     from kernels.lowbit.formats import dequantize_ref, random_quantized
     from native import lowbit
@@ -142,12 +143,11 @@ def _point(a, variants, prep, dt) -> int:
         pw = lowbit.pack(qw)
         for v in variants:
             base_grid = prep(qw, v, pw=pw).grid_for(M)
-            grids = [(f"x{m}", base_grid * m) for m in a.mults] + [(f"={g}", g) for g in a.grids]
-            if a.data_parallel:   # beside the default grid
-                nb = pw.L.nblocks
-                grids += [] if a.mults else [("x1", None)]
-                grids.append((f"dp{max(nb, base_grid // nb * nb)}", max(nb, base_grid // nb * nb)))
-            for label, grid in grids or [("x1", None)]:
+            nb = pw.L.nblocks
+            dp = max(nb, base_grid // nb * nb)   # the data-parallel grid: no stream-K piece crosses an n-block
+            grids = [(f"x{m}", base_grid * m) for m in a.mults or [1]] + [(f"={g}", g) for g in a.grids]
+            grids += [(f"dp{dp}", dp)] if a.data_parallel else []
+            for label, grid in grids:
                 fn = prep(qw, v, grid=grid, pw=pw)
                 x = torch.randn(M, K, device="cuda").to(dt)
                 ok, e, msg = _check(fn, x, w64, lowbit)
