@@ -153,9 +153,15 @@ class GpuSpec:
     f16_tflops: float | None = None
     measured_f16_tflops: float | None = None
     sm_count: int | None = None
-    memory_gb: float | None = None
+    memory_gb: float | None = None   # the card's "GB" as NVIDIA names it (80 on an H100 80GB): GiB, see memory_bytes
     l2_mb: float | None = None
     arch: str | None = None          # compute capability, e.g. sm_90 (H100/H200/GH200), sm_100 (B200)
+
+    @property
+    def memory_bytes(self) -> float:
+        """The card's memory in bytes: its "GB" are GiB (an H100 80GB holds 79.6 GiB by nvidia-smi, 85.0e9 bytes
+        by torch's total_memory, which the Tilus artifact's OOM rule reads); 0 where unknown."""
+        return (self.memory_gb or 0) * 2**30
 
     @staticmethod
     def from_cfg(cfg: DictConfig | dict) -> "GpuSpec":

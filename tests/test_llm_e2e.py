@@ -239,12 +239,15 @@ def test_a_transposed_kernel_output_reaches_the_model_row_major(monkeypatch):
 
 
 def test_oom_rule_is_the_artifacts_and_planned_without_building():
-    h200, l40s = GpuSpec.load("h200"), GpuSpec.load("l40s")
+    h200, l40s, h100 = GpuSpec.load("h200"), GpuSpec.load("l40s"), GpuSpec.load("h100_sxm")
     llama, qwen = card("llama3_3_70b"), card("qwen2_5_32b")
     # paper's L40S (48 GB): Qwen2.5-32B f16, Llama-3-70B f16 and u8 are OOM, u4 fits (results/paper/tilus_e2e.csv)
-    assert weights_oom(qwen, 16, l40s.memory_gb * 1e9) and weights_oom(llama, 8, l40s.memory_gb * 1e9)
-    assert not weights_oom(llama, 4, l40s.memory_gb * 1e9)
-    assert not weights_oom(qwen, 16, h200.memory_gb * 1e9) and weights_oom(llama, 16, h200.memory_gb * 1e9)
+    assert weights_oom(qwen, 16, l40s.memory_bytes) and weights_oom(llama, 8, l40s.memory_bytes)
+    assert not weights_oom(llama, 4, l40s.memory_bytes)
+    assert not weights_oom(qwen, 16, h200.memory_bytes) and weights_oom(llama, 16, h200.memory_bytes)
+    # paper's H100 80GB (Fig. 13): Qwen2.5-32B f16 ran (65.5 GB of weights under 0.8 x 85.9e9 bytes); the card's GB
+    # counted as 1e9 bytes would have made it an oom row
+    assert not weights_oom(qwen, 16, h100.memory_bytes) and weights_oom(qwen, 16, h100.memory_gb * 1e9)
     assert abs(param_count(llama) - 70.55e9) < 0.1e9
     # planned for the H200 (no GPU touched), run: an `oom` row at once
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -256,7 +259,7 @@ def test_oom_rule_is_the_artifacts_and_planned_without_building():
     assert len(dense) == 3 and all(p.skip_reason.startswith("oom:") for p in dense)
     assert all(p.model_layers == 80 for p in pts)
     metrics, status, err = run_point(bench, dense[0], ctx)
-    assert status == "oom" and "0.8 x 141 GB" in err
+    assert status == "oom" and "0.8 x 141 GiB" in err
     ctx_u4 = Context(ctx.experiment, llama, prec("u4"), h200, ("cublas", "triton"), "cuda")
     assert not any(p.skip_reason for p in bench.points(ctx_u4) if p.impl == "triton")
 

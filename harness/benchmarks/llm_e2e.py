@@ -36,8 +36,9 @@ Rows (metric: meaning):
   floor_bytes     weight_bytes + the KV-cache bytes the step reads (decode: every layer's context,
                   a sliding-window layer's window at most) or writes (prefill)
   kv_cache_bytes  the static cache allocated for the step
-A model whose weights exceed 0.8 x GPU memory (parameters x bits / 8, the artifact's rule) is an
-`oom` row, decided at plan time, never built.
+A model whose weights exceed 0.8 x GPU memory (parameters x bits / 8, the artifact's rule; the memory in
+bytes, as torch's total_memory gives it to the artifact: the card's "GB" are GiB) is an `oom` row, decided
+at plan time, never built.
 """
 from __future__ import annotations
 
@@ -148,7 +149,7 @@ class LlmE2E:
                         job.real_card.intermediate_size}:
             ctx.precision.check_k(layer_K)            # the real card's K, before any CPU shrinking
         from ..engines.quantized import weights_oom
-        mem = (ctx.gpu.memory_gb or 0) * 1e9
+        mem = ctx.gpu.memory_bytes
         tied = _tied(job.card) if mem else False
         names = list(ctx.kernels) + (["vllm"] if p["vllm"] else [])
         from ..shapes import linear_layers

@@ -359,7 +359,7 @@ def weights_oom(card: ModelCard, bits: int, memory_bytes: float, layers: int | N
     """The Tilus artifact's rule (figure11.py): parameters x bits / 8 > 0.8 x GPU memory -> OOM."""
     need = param_count(card, layers, tied) * bits / 8
     if need > fraction * memory_bytes:
-        return (f"oom: {need / 1e9:.1f} GB of {bits}-bit weights > {fraction} x {memory_bytes / 1e9:.0f} GB "
+        return (f"oom: {need / 1e9:.1f} GB of {bits}-bit weights > {fraction} x {memory_bytes / 2**30:.0f} GiB "
                 f"GPU memory (the artifact's rule); not built")
     return None
 
