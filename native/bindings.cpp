@@ -107,6 +107,36 @@ int64_t lowbit_gemv(const std::string &recipe, int64_t mt, bool xsplit, int64_t 
   return used;
 }
 
+// u1 at M = 1 through a table of partial sums of x (native/kernels/lowbit_lut.cu; layout: native/lowbit_lut.py)
+void lowbit_lut(at::Tensor x, at::Tensor words, at::Tensor scales, at::Tensor zeros, at::Tensor y, at::Tensor ws,
+                at::Tensor counters, int64_t group, int64_t ks) {
+  check_cuda_contig(x, "x");
+  check_cuda_contig(words, "words");
+  check_cuda_contig(scales, "scales");
+  check_cuda_contig(zeros, "zeros");
+  check_cuda_contig(y, "y");
+  check_cuda_contig(ws, "workspace");
+  check_cuda_contig(counters, "counters");
+  TORCH_CHECK(x.dim() == 2 && x.size(0) == 1, "x: [1, K]");
+  const int64_t K = x.size(1), N = y.size(-1), units = (K + 127) / 128;
+  TORCH_CHECK(y.numel() == N && y.scalar_type() == x.scalar_type(), "y: [1, N] in x's dtype");
+  TORCH_CHECK(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16, "x: f16 or bf16");
+  TORCH_CHECK(scales.scalar_type() == x.scalar_type() && zeros.scalar_type() == x.scalar_type() &&
+                  scales.sizes() == zeros.sizes() && scales.dim() == 2 && scales.size(1) == N,
+              "scales, zeros: [groups, N] in x's dtype");
+  TORCH_CHECK(words.scalar_type() == at::kInt && words.numel() == units * N * 4, "words: int32 [units, N, 4]");
+  TORCH_CHECK(native_lowbit_lut_ok((int)K, (int)group), "lowbit_lut: group ", group, " with K = ", K);
+  TORCH_CHECK(scales.size(0) == ((group == -1 || group == K) ? 1 : K / group), "scales: one row per group");
+  TORCH_CHECK(ws.scalar_type() == at::kFloat && ws.numel() >= N, "workspace: >= N f32");
+  TORCH_CHECK(counters.scalar_type() == at::kInt && counters.numel() >= (N + 255) / 256, "counters: >= N / 256 int32");
+  const int err = native_lowbit_lut(x.data_ptr(), words.data_ptr(), scales.data_ptr(), zeros.data_ptr(),
+                                    ws.data_ptr<float>(), reinterpret_cast<unsigned *>(counters.data_ptr<int32_t>()),
+                                    y.data_ptr(), (int)K, (int)N, (int)group, x.scalar_type() == at::kBFloat16,
+                                    (int)ks, cur_stream());
+  TORCH_CHECK(err >= 0, "lowbit_lut: bad arguments (", err, ")");
+  TORCH_CHECK(err == 0, "lowbit_lut launch failed: cudaError ", err);
+}
+
 int64_t lowbit_gemv_grid(const std::string &recipe, int64_t mt, bool xsplit, int64_t prof, bool out_bf16, int64_t MX,
                          int64_t slots, int64_t iters, int64_t nblocks, int64_t sms, int64_t grid,
                          int64_t variant) {
@@ -191,6 +221,7 @@ int64_t lowbit_smem_bytes(const std::string &recipe, int64_t MX, int64_t slots, 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("lowbit_gemv", &lowbit_gemv);
   m.def("lowbit_gemv_grid", &lowbit_gemv_grid);
+  m.def("lowbit_lut", &lowbit_lut);
   m.def("lowbit_dequant", &lowbit_dequant);
   m.def("lowbit_xsplit", &lowbit_xsplit);
   m.def("lowbit_fused_built", &lowbit_fused_built);

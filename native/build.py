@@ -172,7 +172,7 @@ def tune_sources(out_dir: Path) -> list:
     from native import lowbit_layout as LL
     out_dir.mkdir(parents=True, exist_ok=True)
     srcs = [ROOT / "bindings.cpp", *SUITE_SOURCES, ROOT / "kernels" / "lowbit_dispatch.cu",
-            ROOT / "kernels" / "lowbit_fused.cu"]
+            ROOT / "kernels" / "lowbit_fused.cu", ROOT / "kernels" / "lowbit_lut.cu"]
     for name in LL.TUNED:
         f = out_dir / f"tune_{name}.cu"
         text = (f'#include "lowbit_launch.cuh"\n#include "lowbit_fused.cuh"\nLOWBIT_DEFINE(rec_{name})\n'

@@ -40,6 +40,7 @@ import torch
 
 from kernels import Unavailable, Unsupported
 from native import lowbit_layout as LL
+from native import lowbit_lut as LUT_LAYOUT
 
 TOLERANCE = None          # the harness's default per activation dtype: products are exact, sums f32
 DECODE_MAX_M = 16
@@ -111,6 +112,7 @@ class PackedWeight:
     qw: object                # the QuantizedWeight without its code stream (scales / zeros / group feed the dequantize
                               # kernel; the codes live on in `words` only, so a caller may free its own copy)
     act: torch.dtype
+    lut: Optional[torch.Tensor] = None   # u1: the codes again in the lut variant's layout (native/lowbit_lut.py)
 
     @property
     def decode_group_ok(self) -> bool:
@@ -130,7 +132,8 @@ def pack(qw) -> PackedWeight:
     else:  # groups the decode kernel cannot stage (< 32 k, e.g. 8: up to 16 per stage): the prefill path only
         stab, slots = torch.zeros(L.iters, dtype=torch.int32), 0
     meta = replace(qw, packed=torch.empty(0, dtype=qw.packed.dtype, device=dev))
-    return PackedWeight(rec, xsplit, L, words, LL.pack_scales(qw, L), stab.to(dev), slots, meta, qw.act_dtype)
+    lut = LUT_LAYOUT.pack(qw.codes()) if LUT_LAYOUT.supports(qw) is None else None
+    return PackedWeight(rec, xsplit, L, words, LL.pack_scales(qw, L), stab.to(dev), slots, meta, qw.act_dtype, lut)
 
 
 # ----------------------------------------------------------------------------- device state
@@ -221,9 +224,12 @@ def _mt(pw: PackedWeight, M: int) -> int:
 
 # native/include/lowbit_kernel.cuh (GemvParams::variant); regs: native/include/lowbit_regs.cuh (mt1 and mt2)
 # bulk1: bulk's kernel launched with one block per SM (its grid where bulk fits two; native/NOTES.md section 30)
-DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3, "regs": 4, "bulk1": 5}
+# lut: u1 at M = 1 through a table of partial sums of x (native/kernels/lowbit_lut.cu, its own layout; section 33),
+# a kernel of its own, not GemvParams::variant, and without an instrumented build
+DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3, "regs": 4, "bulk1": 5, "lut": 6}
 REGS = DECODE_VARIANTS["regs"]                           # mt1: x whole in shared memory (where it fits); mt2: an x ring
 BULK1 = DECODE_VARIANTS["bulk1"]
+LUT = DECODE_VARIANTS["lut"]
 PROF_VARIANTS = {0, 1, 3, REGS, BULK1}                   # those with an instrumented build (native/include/lowbit_launch.cuh)
 PROF_MODES = {"staged": 1, "warp0": 2}                   # its instrumentation modes (INSTR_MODE_* of instrument.cuh)
 
@@ -273,9 +279,12 @@ def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = Fals
     if variant == "auto":
         variant = AUTO_VARIANT.get((name, mt), "lean" if name in TUNED_RECIPES else "bulk")
     v = DECODE_VARIANTS[variant]
-    built = BULK_RECIPES if v in (3, REGS, BULK1) else TUNED_RECIPES
-    f16 = pw.rec.target == "f16"
-    v = v if (name in built and (f16 or (pw.xsplit and v in (3, BULK1)))) else 0
+    if v == LUT:
+        v = LUT if pw.lut is not None and mt == 1 else 0   # (prof: no instrumented build, raises below)
+    else:
+        built = BULK_RECIPES if v in (3, REGS, BULK1) else TUNED_RECIPES
+        f16 = pw.rec.target == "f16"
+        v = v if (name in built and (f16 or (pw.xsplit and v in (3, BULK1)))) else 0
     if prof and v not in PROF_VARIANTS:
         raise Unsupported(f"the instrumented decode kernel is built for the variants "
                           f"{[VARIANT_NAMES[p] for p in sorted(PROF_VARIANTS)]}, not {VARIANT_NAMES[v]!r}")
@@ -332,6 +341,7 @@ class LowbitMatmul:
         self._empty = torch.empty(0, dtype=torch.int32, device=self.dev)
         self._side = None
         self._grids: dict = {}
+        self.lut_ks = LUT_LAYOUT.KS_DEFAULT   # k per block of the lut variant (LUT_LAYOUT.KS_CHOICES)
 
     # -- decode ------------------------------------------------------------------------------
     def decode_ok(self, M: int) -> bool:
@@ -343,6 +353,10 @@ class LowbitMatmul:
         if self.variant == "timed":
             got = _DECODE_TUNED.get(self._decode_key(M))
             if got is not None:
+                if prof and got[0] not in PROF_VARIANTS:
+                    raise Unsupported(f"the timed decode variant here is {VARIANT_NAMES[got[0]]!r}, which has no "
+                                      f"instrumented build (variants with one: "
+                                      f"{[VARIANT_NAMES[p] for p in sorted(PROF_VARIANTS)]})")
                 return got[0]
             return variant_for(self.pw, "auto", _mt(self.pw, M), prof)
         v = variant_for(self.pw, self.variant, _mt(self.pw, M), prof)
@@ -357,10 +371,13 @@ class LowbitMatmul:
         pw, L = self.pw, self.pw.L
         mt = _mt(pw, M)
         regs = self._regs_grid(M) if REGS in decode_candidates(pw, mt) else 0
-        return (self.dev.index, pw.rec.name, pw.xsplit, mt, L.K, L.N, pw.qw.group_size, self.grid, regs)
+        return (self.dev.index, pw.rec.name, pw.xsplit, mt, L.K, L.N, pw.qw.group_size, self.grid, regs,
+                self._launchable(M, LUT) and self.lut_ks)
 
     def decode_candidates(self, M: int) -> list:
-        return [v for v in decode_candidates(self.pw, _mt(self.pw, M)) if self._launchable(M, v)]
+        """decode_candidates(pw, tiles) that launch at M rows, and the lut variant where it does (u1, M = 1)."""
+        out = [v for v in decode_candidates(self.pw, _mt(self.pw, M)) if self._launchable(M, v)]
+        return out + [LUT] if self._launchable(M, LUT) else out
 
     def _launchable(self, M: int, v: int) -> bool:
         """Whether variant v launches at M rows as a kernel of its own: regs at one tile holds x whole in shared memory
@@ -368,6 +385,8 @@ class LowbitMatmul:
         bulk where bulk runs one block per SM anyway."""
         if v == BULK1:
             return not self.grid and self._grid_query(M, 0, 3, grid=0) > self.sms
+        if v == LUT:
+            return M == 1 and self.pw.lut is not None
         return v != REGS or self._regs_grid(M) > 0
 
     def _regs_grid(self, M: int) -> int:
@@ -401,6 +420,8 @@ class LowbitMatmul:
                     and not torch.cuda.is_current_stream_capturing():
                 _DECODE_TUNED[self._decode_key(M)] = self._tune_decode(x)
             v = self.variant_num(M, prof is not None)
+        if v == LUT:
+            return self._lut(x)
         y = torch.empty(M, L.N, dtype=pw.act, device=self.dev)
         xin = x
         if pw.xsplit:
@@ -419,10 +440,29 @@ class LowbitMatmul:
         self._grids[M] = used
         return y
 
+    def _lut(self, x: torch.Tensor) -> torch.Tensor:
+        """The lut variant (u1, M = 1): one launch of native/kernels/lowbit_lut.cu."""
+        pw, L = self.pw, self.pw.L
+        y = torch.empty(1, L.N, dtype=pw.act, device=self.dev)
+        tiles, slices = LUT_LAYOUT.grid(L.K, L.N, self.lut_ks)
+        ws, cnt = _workspace(self.dev, L.N, tiles)
+        try:
+            self.mod.lowbit_lut(x, pw.lut, pw.qw.scales, pw.qw.zeros, y, ws, cnt, pw.qw.group_size, self.lut_ks)
+        except Exception:
+            _reset_workspace(self.dev)
+            raise
+        self._grids[1] = tiles * slices
+        return y
+
     def grid_for(self, M: int, prof: int = 0) -> int:
         """Blocks the decode launch uses for M rows (occupancy x SMs, at most the work items); prof: 0 the plain
-        kernel, else the instrumented one in that instrumentation mode (PROF_MODES)."""
-        return self._grid_query(M, prof, self.variant_num(M, bool(prof)))
+        kernel, else the instrumented one in that instrumentation mode (PROF_MODES); the lut variant: its column
+        tiles x k slices."""
+        v = self.variant_num(M, bool(prof))
+        if v == LUT:
+            tiles, slices = LUT_LAYOUT.grid(self.pw.L.K, self.pw.L.N, self.lut_ks)
+            return tiles * slices
+        return self._grid_query(M, prof, v)
 
     def _grid_query(self, M: int, prof: int, v: int, grid: Optional[int] = None) -> int:
         """The launcher's grid for variant v (grid None: this weight's fixed grid, if any; 0: SMs x occupancy)."""
@@ -571,12 +611,16 @@ class LowbitMatmul:
     def chosen_config(self, M: int) -> str:
         pw, L = self.pw, self.pw.L
         if self.decode_ok(M):
-            grid = self._grids.get(M) or self.grid_for(M)
             v = self.variant_num(M)
             vname = f" {VARIANT_NAMES[v]}" if v else ""
             tuned = _DECODE_TUNED.get(self._decode_key(M)) if self.variant == "timed" else None
             if tuned and tuned[1]:
                 vname += " (timed ms: " + ", ".join(f"{n} {t:.4g}" for n, t in tuned[1].items()) + ")"
+            if v == LUT:
+                tiles, slices = LUT_LAYOUT.grid(L.K, L.N, self.lut_ks)
+                return (f"native decode{vname} {pw.rec.name} ks{self.lut_ks} grid{tiles * slices} ({tiles} column tiles x "
+                        f"{slices} k slices) | one table lookup per 4 weights")
+            grid = self._grids.get(M) or self.grid_for(M)
             return (f"native decode{vname} {pw.rec.name}{' xsplit' if pw.xsplit else ''} mt{_mt(pw, M)} kstep{L.kstep} "
                     f"grid{grid} ({L.nblocks}x{L.iters} stages, stream-K) | dequant {pw.rec.deq_cost()['per_weight']:.2f}"
                     f" instr/weight")

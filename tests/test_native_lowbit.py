@@ -258,7 +258,7 @@ def test_decode_variants_are_built_for_the_tuned_recipes():
     for v in (1, 2, 3):
         for mt in (1, 2):
             assert f"launch_gemv<R, {mt}, false, false, false, {v}>" in src
-    assert set(lowbit.DECODE_VARIANTS.values()) == {0, 1, 2, 3, 4, 5}
+    assert set(lowbit.DECODE_VARIANTS.values()) == {0, 1, 2, 3, 4, 5, 6}
     # bulk1 (5): bulk's builds with one block per SM, wherever bulk is dispatched (plain, instrumented, x split)
     assert "if (p.variant == VBULK1)" in src and "q.variant = 3;" in src and "grid > 0 ? grid : sms" in src
     # regs (4, lowbit_regs.cuh): the BULK recipes at one and two tiles, plain, and (R::PROF) instrumented
@@ -589,7 +589,7 @@ def test_compile_lowbit_instantiations(tmp_path):
         srcs.append(sub)
     if os.environ.get("NATIVE_COMPILE_ALL") == "1":
         srcs += sorted((build.ROOT / "kernels").glob("lowbit_fused_part*.cu"))
-    srcs += [build.ROOT / "kernels" / "lowbit_dispatch.cu", build.ROOT / "kernels" / "lowbit_fused.cu"]
+    srcs += [build.ROOT / "kernels" / f for f in ("lowbit_dispatch.cu", "lowbit_fused.cu", "lowbit_lut.cu")]
     res = build.compile_check(sources=srcs, link=True)
     bad = {k: msg[-3000:] for k, (ok, msg) in res.items() if not ok}
     assert not bad, bad
@@ -715,3 +715,62 @@ def test_check_group_cases_are_valid_weights():
         parse_format(fmt)
         assert act in ("f16", "bf16") and K % g == 0, (fmt, g, K)
     assert any(g > 128 for _, _, g, _ in GROUP_CASES)      # a group over two 128-k stages
+
+
+# ---- the lut variant (u1 at M = 1 through a table of partial sums of x; native/lowbit_lut.py)
+
+@pytest.mark.parametrize("K,N,g,ks", [(1024, 300, 128, 512), (1000, 257, -1, 512), (1152, 64, 32, 512),
+                                      (1280, 70, 64, 256), (2048, 33, 256, 512), (1536, 40, 512, 256),
+                                      (896, 48, 896, 256), (3072, 16, -1, 512)])
+def test_lut_layout_round_trip_and_arithmetic_against_float64(K, N, g, ks):
+    """pack / unpack round-trip the codes (K padded to whole 128-k units with zero codes), and the kernel's
+    arithmetic (emulate: the subset-sum table per quad of k, one lookup per nibble, the zero point through the sum
+    of x per group, the scale per group within each block's k slice) meets float64 at every group kind."""
+    import native.lowbit_lut as LUT
+    qw = random_quantized(K, N, "u1", g, torch.float16, seed=K + N)
+    codes = qw.codes()
+    words = LUT.pack(codes)
+    assert words.dtype == torch.int32 and tuple(words.shape) == (-(-K // 128), N, 4)
+    assert torch.equal(LUT.unpack(words, K), codes)
+    # bit j of word i of (unit u, column n) is the code of k = 128 u + 32 i + j
+    u, n, i, j = (K - 1) // 128, N - 1, ((K - 1) % 128) // 32, (K - 1) % 32
+    assert (int(words[u, n, i]) >> j) & 1 == int(codes[K - 1, n])
+    x = torch.randn(K, dtype=torch.float16)
+    ref = x.double() @ dequantize_ref(qw)
+    y = LUT.emulate(words, x, qw.scales, qw.zeros, K, g, ks)
+    assert float((y.double() - ref).norm() / ref.norm()) < 1e-5
+    tiles, slices = LUT.grid(K, N, ks)
+    assert tiles == -(-N // 256) and slices == -(-(-(-K // 128)) // (ks // 128))
+
+
+def test_lut_supports_u1_and_its_group_sizes_only():
+    import native.lowbit_lut as LUT
+    assert LUT.supports(random_quantized(256, 64, "u1", 128)) is None
+    assert LUT.supports(random_quantized(256, 64, "u1", -1)) is None
+    assert "u1 weights" in LUT.supports(random_quantized(256, 64, "u2", 128))
+    assert "u1 weights" in LUT.supports(random_quantized(256, 64, "i4", 128))
+    for g, ok in [(32, True), (64, True), (128, True), (256, True), (96, False), (8, False), (16, False),
+                  (160, False), (1024, True), (-1, True)]:
+        assert (LUT.group_ok(1024, g) is None) == ok, g
+    with pytest.raises(ValueError):
+        LUT.emulate(torch.zeros(8, 4, 4, dtype=torch.int32), torch.zeros(1024), torch.ones(1, 4), torch.ones(1, 4),
+                    1024, 96)
+    # the C++ rule is the same one (the bindings refuse what native_lowbit_lut_ok refuses)
+    src = (build.ROOT / "kernels" / "lowbit_lut.cu").read_text()
+    assert "return group == 32 || group == 64 || group == -1 || group == K || (group > 0 && group % 128 == 0 && K % " \
+           "group == 0);" in src
+
+
+def test_lut_variant_is_u1_at_one_tile_and_not_instrumented():
+    """variant_for: lut for u1 weights (its layout packed beside the mma layout) at one tile, base elsewhere (the
+    launch itself is M = 1 only: LowbitMatmul._launchable); the instrumented call refuses it (no such build), and
+    the module-level candidates (those with an instrumented build) leave it out."""
+    for fmt, g, want in [("u1", 128, 6), ("u1", -1, 6), ("u1", 96, 0), ("u2", 128, 0)]:
+        pw = lowbit.pack(random_quantized(1152 if g == 96 else 1024, 64, fmt, g))
+        assert (pw.lut is not None) == (want == 6)
+        assert lowbit.variant_for(pw, "lut", 1) == want
+        assert lowbit.variant_for(pw, "lut", 2) == 0
+        assert lowbit.LUT not in lowbit.decode_candidates(pw, 1)
+        if want:
+            with pytest.raises(Unsupported):
+                lowbit.variant_for(pw, "lut", 1, prof=True)

@@ -1,0 +1,177 @@
+// u1 weights at M = 1 through a table of partial sums of x (the `lut` decode variant; native/NOTES.md section 33).
+//
+// For every quad of k (4 consecutive k) a block keeps the 16 sums of the subsets of x over the quad (f32, shared
+// memory); lane n owns output column n and adds T[quad][nibble] for each nibble of its column's code words: a
+// shift, a mask, a shared load and an add per 4 weights, against the tensor-core path's LOP3 + HFMA2 per pair of
+// weights plus its mma and fragment work. The zero point enters through the sum of x per scale group:
+//   y[n] = sum_groups s[g, n] * (sum_{k in g} x[k] q[k, n] - z[g, n] * sum_{k in g} x[k]).
+// Weight layout (native/lowbit_lut.py): int32 [units, N, 4], unit u = 128 k (K padded with zero codes), word i of
+// (u, n) holds k = 128 u + 32 i + j at bit j. A block is 256 columns x one slice of U units of k; slices add their
+// partial sums into the shared f32 workspace, and the last block of a column tile (a counter per tile) writes y and
+// puts the workspace and its counter back to zero, as the decode kernel does.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "launchers.h"
+
+namespace {
+constexpr int LUT_THREADS = 256;
+
+__device__ __forceinline__ float ld(const __half *p, size_t i) { return __half2float(p[i]); }
+__device__ __forceinline__ float ld(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ void st(__half *p, int i, float v) { p[i] = __float2half_rn(v); }
+__device__ __forceinline__ void st(__nv_bfloat16 *p, int i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+// sum of the 8 table entries a code word selects (quad q of the word: bits 4q..4q+3), in two chains
+__device__ __forceinline__ float word_sum(const float *Tw, unsigned v) {
+  float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+  for (int q = 0; q < 8; q++) {
+    const float t = Tw[q * 16 + ((v >> (4 * q)) & 15u)];
+    if (q & 1) a1 += t; else a0 += t;
+  }
+  return a0 + a1;
+}
+
+// WPG: 1 or 2 -- groups of 32 or 64 k, scaled per word (a group's words are whole); 0 -- groups of a multiple of
+// 128 k (upg units each; per channel: upg = units), scaled at each group's end and at the slice's end
+template <typename T, int U, int WPG>
+__global__ void __launch_bounds__(LUT_THREADS) lowbit_lut_kernel(
+    const T *__restrict__ x, const uint4 *__restrict__ words, const T *__restrict__ s, const T *__restrict__ z,
+    float *__restrict__ ws, unsigned *__restrict__ cnt, T *__restrict__ y, int K, int N, int units, int upg) {
+  constexpr int Q = 32 * U, W = 4 * U, NS = WPG ? W : U;
+  __shared__ __align__(16) float tab[Q * 16];
+  __shared__ float xw[W];   // sum of x per code word of the slice
+  const int tid = threadIdx.x, n = blockIdx.x * LUT_THREADS + tid, nn = n < N ? n : N - 1;
+  const int u0 = blockIdx.y * U, nu = min(U, units - u0);
+  // the slice's code words and scales are in flight while the table is built
+  uint4 w[U];
+  float sc[NS], zz[NS];
+#pragma unroll
+  for (int j = 0; j < U; j++) w[j] = j < nu ? __ldg(words + (size_t)(u0 + j) * N + nn) : make_uint4(0, 0, 0, 0);
+  if (WPG) {
+#pragma unroll
+    for (int i = 0; i < W; i++) {   // word i's group (words past K: none, their codes are zero)
+      const int kw = 4 * u0 + i;
+      const bool in = 32 * kw < K;
+      const size_t gi = (size_t)(in ? kw / WPG : 0) * N + nn;
+      sc[i] = in ? ld(s, gi) : 0.f;
+      zz[i] = in ? ld(z, gi) : 0.f;
+    }
+  } else {
+    int gi = u0 / upg, r = u0 - gi * upg;   // the group of unit u0 and its place in it, then counted along
+#pragma unroll
+    for (int j = 0; j < U; j++) {
+      sc[j] = j < nu ? ld(s, (size_t)gi * N + nn) : 0.f;
+      zz[j] = j < nu ? ld(z, (size_t)gi * N + nn) : 0.f;
+      if (++r == upg) { r = 0; gi++; }
+    }
+  }
+  for (int t = tid; t < Q; t += LUT_THREADS) {   // Q is a multiple of 32: whole warps
+    const int k = 128 * u0 + 4 * t;
+    float a[4];
+#pragma unroll
+    for (int b = 0; b < 4; b++) a[b] = k + b < K ? ld(x, k + b) : 0.f;
+    float e[16];
+    e[0] = 0.f; e[1] = a[0]; e[2] = a[1]; e[3] = a[0] + a[1];
+#pragma unroll
+    for (int i = 0; i < 4; i++) e[4 + i] = e[i] + a[2];
+#pragma unroll
+    for (int i = 0; i < 8; i++) e[8 + i] = e[i] + a[3];
+    float4 *d = reinterpret_cast<float4 *>(tab + 16 * t);
+#pragma unroll
+    for (int i = 0; i < 4; i++) d[i] = make_float4(e[4 * i], e[4 * i + 1], e[4 * i + 2], e[4 * i + 3]);
+    float sw = e[15];   // the 8 quads of a word are 8 neighbouring lanes
+    sw += __shfl_xor_sync(0xffffffffu, sw, 1);
+    sw += __shfl_xor_sync(0xffffffffu, sw, 2);
+    sw += __shfl_xor_sync(0xffffffffu, sw, 4);
+    if ((t & 7) == 0) xw[t >> 3] = sw;
+  }
+  __syncthreads();
+  float acc = 0.f;
+  if (WPG) {
+#pragma unroll
+    for (int j = 0; j < U; j++) {
+      if (j < nu) {
+        const unsigned v[4] = {w[j].x, w[j].y, w[j].z, w[j].w};
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+          acc = fmaf(sc[4 * j + i], word_sum(tab + (32 * j + 8 * i) * 16, v[i]) - zz[4 * j + i] * xw[4 * j + i], acc);
+      }
+    }
+  } else {
+    float ga = 0.f, xg = 0.f;
+    int r = u0 % upg;
+#pragma unroll
+    for (int j = 0; j < U; j++) {
+      if (j < nu) {
+        const unsigned v[4] = {w[j].x, w[j].y, w[j].z, w[j].w};
+        float a = 0.f;
+#pragma unroll
+        for (int i = 0; i < 4; i++) a += word_sum(tab + (32 * j + 8 * i) * 16, v[i]);
+        ga += a;
+        xg += (xw[4 * j] + xw[4 * j + 1]) + (xw[4 * j + 2] + xw[4 * j + 3]);
+        if (++r == upg || j == nu - 1) {   // a group ends, or the slice: its share of the group
+          acc = fmaf(sc[j], ga - zz[j] * xg, acc);
+          ga = xg = 0.f;
+          if (r == upg) r = 0;
+        }
+      }
+    }
+  }
+  if (gridDim.y == 1) {
+    if (n < N) st(y, n, acc);
+    return;
+  }
+  if (n < N) atomicAdd(ws + n, acc);
+  __threadfence();
+  __syncthreads();
+  __shared__ bool last;
+  if (tid == 0) last = atomicAdd(cnt + blockIdx.x, 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (last) {
+    __threadfence();
+    if (n < N) st(y, n, atomicExch(ws + n, 0.f));
+    if (tid == 0) cnt[blockIdx.x] = 0u;
+  }
+}
+
+template <typename T, int U>
+int launch(const void *x, const void *words, const void *s, const void *z, float *ws, unsigned *cnt, void *y, int K,
+           int N, int group, void *stream) {
+  const int units = (K + 127) / 128;
+  const dim3 grid((N + LUT_THREADS - 1) / LUT_THREADS, (units + U - 1) / U);
+  const auto st = static_cast<cudaStream_t>(stream);
+  const T *xt = static_cast<const T *>(x), *st_ = static_cast<const T *>(s), *zt = static_cast<const T *>(z);
+  const uint4 *wt = static_cast<const uint4 *>(words);
+  T *yt = static_cast<T *>(y);
+  if (group == 32) {
+    lowbit_lut_kernel<T, U, 1><<<grid, LUT_THREADS, 0, st>>>(xt, wt, st_, zt, ws, cnt, yt, K, N, units, 0);
+  } else if (group == 64) {
+    lowbit_lut_kernel<T, U, 2><<<grid, LUT_THREADS, 0, st>>>(xt, wt, st_, zt, ws, cnt, yt, K, N, units, 0);
+  } else {
+    const int upg = (group == -1 || group == K) ? units : group / 128;
+    lowbit_lut_kernel<T, U, 0><<<grid, LUT_THREADS, 0, st>>>(xt, wt, st_, zt, ws, cnt, yt, K, N, units, upg);
+  }
+  return (int)cudaGetLastError();
+}
+}  // namespace
+
+int native_lowbit_lut_ok(int K, int group) {
+  if (K <= 0) return 0;
+  return group == 32 || group == 64 || group == -1 || group == K || (group > 0 && group % 128 == 0 && K % group == 0);
+}
+
+int native_lowbit_lut(const void *x, const void *words, const void *s, const void *z, float *ws, unsigned *cnt,
+                      void *y, int K, int N, int group, int bf16, int ks, void *stream) {
+  if (!native_lowbit_lut_ok(K, group) || (group > 0 && group != K && K % group)) return -1;
+  if (ks != 256 && ks != 512) return -2;
+  if (bf16)
+    return ks == 256 ? launch<__nv_bfloat16, 2>(x, words, s, z, ws, cnt, y, K, N, group, stream)
+                     : launch<__nv_bfloat16, 4>(x, words, s, z, ws, cnt, y, K, N, group, stream);
+  return ks == 256 ? launch<__half, 2>(x, words, s, z, ws, cnt, y, K, N, group, stream)
+                   : launch<__half, 4>(x, words, s, z, ws, cnt, y, K, N, group, stream);
+}

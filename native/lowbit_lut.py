@@ -1,0 +1,104 @@
+"""Layout, support rule and CPU emulation of the `lut` decode variant: u1 weights at M = 1 through a table of partial
+sums of x (native/kernels/lowbit_lut.cu; native/NOTES.md section 33).
+
+For each quad of k the kernel tabulates the 16 sums of the subsets of x over the quad; lane n adds, for each nibble
+of its column's codes, the entry the nibble selects: sum_k x[k] q[k, n] in one shared-memory lookup per 4 weights.
+The zero point enters through the sum of x per group: y[n] = sum_g s[g, n] (sum_{k in g} x[k] q[k, n] - z[g, n]
+sum_{k in g} x[k]).
+
+Layout: int32 [units, N, 4], a unit being 128 k (K padded with zero codes to whole units); word i of (unit u, column
+n) holds the code of k = 128 u + 32 i + j at bit j, so a lane reads its column's 128 k in one 16-byte load.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+UNIT = 128                 # k per 16-byte load of a column's codes
+KS_CHOICES = (256, 512)    # k per block (the launcher's builds); 512: the fastest of 512 / 1024 / 2048 measured
+KS_DEFAULT = 512           # on an H100 at the three tilus_fig10 shapes (section 33)
+THREADS = 256              # columns per block
+
+
+def group_ok(K: int, group: int) -> Optional[str]:
+    """None if the kernel takes this (K, group size), else why not (native_lowbit_lut_ok in lowbit_lut.cu)."""
+    if group in (-1, K, 32, 64) or (group > 0 and group % 128 == 0 and K % group == 0):
+        return None
+    return f"group size {group}: the lut kernel takes 32, 64, multiples of 128 or per channel"
+
+
+def supports(qw) -> Optional[str]:
+    """None if the lut variant computes this QuantizedWeight (at M = 1), else why not."""
+    if qw.fmt.kind != "uint" or qw.fmt.bits != 1:
+        return f"{qw.fmt.name}: the lut kernel is for u1 weights"
+    return group_ok(qw.K, qw.group_size)
+
+
+def units(K: int) -> int:
+    return -(-K // UNIT)
+
+
+def pack(codes: torch.Tensor) -> torch.Tensor:
+    """int32 codes [K, N] in {0, 1} -> int32 [units, N, 4] (the layout above; on the codes' device)."""
+    K, N = codes.shape
+    c = torch.zeros(units(K) * UNIT, N, dtype=torch.int64, device=codes.device)
+    c[:K] = codes.to(torch.int64)
+    c = c.reshape(units(K), 4, 32, N)
+    w = (c << torch.arange(32, device=codes.device, dtype=torch.int64).view(1, 1, 32, 1)).sum(2)   # [units, 4, N]
+    w = torch.where(w >= 2 ** 31, w - 2 ** 32, w).to(torch.int32)
+    return w.permute(0, 2, 1).contiguous()
+
+
+def unpack(words: torch.Tensor, K: int) -> torch.Tensor:
+    """The inverse of pack: int32 codes [K, N]."""
+    U, N, _ = words.shape
+    w = words.to(torch.int64).permute(0, 2, 1) & 0xFFFFFFFF                                    # [units, 4, N]
+    bits = (w.unsqueeze(2) >> torch.arange(32, device=words.device).view(1, 1, 32, 1)) & 1      # [units, 4, 32, N]
+    return bits.reshape(U * UNIT, N)[:K].to(torch.int32)
+
+
+def grid(K: int, N: int, ks: int = KS_DEFAULT) -> tuple[int, int]:
+    """(column tiles, k slices) of a launch."""
+    return -(-N // THREADS), -(-units(K) // (ks // UNIT))
+
+
+def emulate(words: torch.Tensor, x: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, K: int, group: int,
+            ks: int = KS_DEFAULT) -> torch.Tensor:
+    """The kernel's arithmetic on the CPU in float32 (x [K] -> y [N]): the table per quad, the lookups per nibble, the
+    sum of x per word, and the scale applied per group within each slice (per word for groups of 32 / 64 k)."""
+    if group_ok(K, group):
+        raise ValueError(group_ok(K, group))
+    U, N, _ = words.shape
+    xf = torch.zeros(U * UNIT, dtype=torch.float32)
+    xf[:K] = x.float()
+    quads = xf.view(-1, 4)
+    e = torch.arange(16).view(16, 1)
+    sel = ((e >> torch.arange(4).view(1, 4)) & 1).float()                # [16, 4]
+    table = quads @ sel.T                                                 # [quads, 16]
+    w = words.to(torch.int64).permute(0, 2, 1).reshape(U * 4, N) & 0xFFFFFFFF   # [words, N]
+    nib = (w.unsqueeze(1) >> (4 * torch.arange(8).view(1, 8, 1))) & 15           # [words, 8, N]
+    qidx = torch.arange(U * 32).view(U * 4, 8, 1).expand_as(nib)
+    word_sum = table[qidx, nib].sum(1)                                    # [words, N]
+    xw = xf.view(-1, 32).sum(1)                                           # [words]
+    s, z = scales.float(), zeros.float()
+    y = torch.zeros(N, dtype=torch.float32)
+    if group in (32, 64):
+        gi = torch.arange(U * 4) // (group // 32)
+        inside = torch.arange(U * 4) * 32 < K
+        gi = torch.where(inside, gi, torch.zeros_like(gi))
+        contrib = s[gi] * (word_sum - z[gi] * xw.view(-1, 1))
+        return (contrib * inside.view(-1, 1)).sum(0)
+    upg = U if group in (-1, K) else group // UNIT
+    per = ks // UNIT
+    for u0 in range(0, U, per):                                           # slices: one block's share each
+        ga = torch.zeros(N)
+        xg = torch.tensor(0.0)
+        for u in range(u0, min(U, u0 + per)):
+            ga = ga + word_sum[4 * u:4 * u + 4].sum(0)
+            xg = xg + xw[4 * u:4 * u + 4].sum()
+            if (u + 1) % upg == 0 or u == min(U, u0 + per) - 1:
+                g = u // upg
+                y = y + s[g] * (ga - z[g] * xg)
+                ga, xg = torch.zeros(N), torch.tensor(0.0)
+    return y
