@@ -31,7 +31,8 @@ CLAIMS_FILE = ROOT / "results" / "paper" / "claims.yaml"
 VERDICTS = ("holds", "holds_other_magnitude", "does_not_hold", "not_measurable")
 COLUMNS = ["claim_id", "paper", "figure", "statement", "paper_value", "measured_value", "gpu", "verdict", "why"]
 COMPARES = ("ratio", "excess", "factor")
-PRIMARY_GPU = "h200"          # the project's GPU: its rows decide a claim where several GPUs have rows
+PRIMARY_GPU = "h200"          # the project's GPU: its rows decide a claim where several GPUs have rows, unless the
+                              # claim's own GPU (its paper_gpu) has rows of the experiment: like for like first
 # the papers' GPU names -> our GPU cards (conf/gpu/), for datasheet bandwidths
 GPU_CARD = {"NVIDIA L40S": "l40s", "NVIDIA H100 80GB HBM3": "h100_sxm", "NVIDIA GH200": "gh200"}
 
@@ -96,10 +97,15 @@ class Evidence:
     def __init__(self, rows: pd.DataFrame, paper_dir: Path):
         self.all = rows[rows["device"] == "cuda"] if len(rows) else rows
         self.paper_dir = Path(paper_dir)
+        self.prefer: str | None = None      # the GPU card of the claim being judged (evaluate sets it)
 
     def gpu(self, experiment: str) -> str | None:
+        """Whose rows of `experiment` decide: the claim's own GPU where it has rows, else PRIMARY_GPU, else any."""
         g = sorted(set(self.all.loc[self.all["experiment"] == experiment, "gpu"])) if len(self.all) else []
-        return PRIMARY_GPU if PRIMARY_GPU in g else (g[0] if g else None)
+        for want in (self.prefer, PRIMARY_GPU):
+            if want in g:
+                return want
+        return g[0] if g else None
 
     def any_rows(self, experiment: str) -> pd.DataFrame:
         g = self.gpu(experiment)
@@ -153,7 +159,7 @@ class Evidence:
 
     def where(self, experiment: str) -> str:
         """'the H200 (4.24 TB/s measured)'."""
-        g = (self.gpu(experiment) or "").upper()
+        g = (self.gpu(experiment) or "").upper().replace("_", " ")
         bw = self.bandwidth(experiment)
         return f"the {g} ({bw:.2f} TB/s HBM read, measured)" if bw else f"the {g}"
 
@@ -220,6 +226,7 @@ def evaluate(rows: pd.DataFrame, paper_dir: Path, specs: list[ClaimSpec] | None 
     for s in specs:
         if s.id not in FUNCS:
             raise ValueError(f"claim {s.id} in claims.yaml has no @claim function in harness/claims.py")
+        ev.prefer = GPU_CARD.get(s.paper_gpu)
         o = FUNCS[s.id](ev, s)
         verdict, why = judge(s, o)
         pv = s.paper_value if s.paper_value is not None else o.paper_value
