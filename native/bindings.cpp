@@ -109,7 +109,7 @@ int64_t lowbit_gemv(const std::string &recipe, int64_t mt, bool xsplit, int64_t 
 
 // u1 at M = 1 through a table of partial sums of x (native/kernels/lowbit_lut.cu; layout: native/lowbit_lut.py)
 void lowbit_lut(at::Tensor x, at::Tensor words, at::Tensor scales, at::Tensor zeros, at::Tensor y, at::Tensor ws,
-                at::Tensor counters, int64_t group, int64_t ks) {
+                at::Tensor counters, int64_t group, int64_t ks, int64_t ct) {
   check_cuda_contig(x, "x");
   check_cuda_contig(words, "words");
   check_cuda_contig(scales, "scales");
@@ -132,7 +132,7 @@ void lowbit_lut(at::Tensor x, at::Tensor words, at::Tensor scales, at::Tensor ze
   const int err = native_lowbit_lut(x.data_ptr(), words.data_ptr(), scales.data_ptr(), zeros.data_ptr(),
                                     ws.data_ptr<float>(), reinterpret_cast<unsigned *>(counters.data_ptr<int32_t>()),
                                     y.data_ptr(), (int)K, (int)N, (int)group, x.scalar_type() == at::kBFloat16,
-                                    (int)ks, cur_stream());
+                                    (int)ks, (int)ct, cur_stream());
   TORCH_CHECK(err >= 0, "lowbit_lut: bad arguments (", err, ")");
   TORCH_CHECK(err == 0, "lowbit_lut launch failed: cudaError ", err);
 }

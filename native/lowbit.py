@@ -342,6 +342,7 @@ class LowbitMatmul:
         self._side = None
         self._grids: dict = {}
         self.lut_ks = LUT_LAYOUT.KS_DEFAULT   # k per block of the lut variant (LUT_LAYOUT.KS_CHOICES)
+        self.lut_ct = LUT_LAYOUT.default_ct(pw.L.K, pw.L.N, self.sms, self.lut_ks)   # its column tiles per block
 
     # -- decode ------------------------------------------------------------------------------
     def decode_ok(self, M: int) -> bool:
@@ -372,7 +373,7 @@ class LowbitMatmul:
         mt = _mt(pw, M)
         regs = self._regs_grid(M) if REGS in decode_candidates(pw, mt) else 0
         return (self.dev.index, pw.rec.name, pw.xsplit, mt, L.K, L.N, pw.qw.group_size, self.grid, regs,
-                self._launchable(M, LUT) and self.lut_ks)
+                self._launchable(M, LUT) and (self.lut_ks, self.lut_ct))
 
     def decode_candidates(self, M: int) -> list:
         """decode_candidates(pw, tiles) that launch at M rows, and the lut variant where it does (u1, M = 1)."""
@@ -444,10 +445,11 @@ class LowbitMatmul:
         """The lut variant (u1, M = 1): one launch of native/kernels/lowbit_lut.cu."""
         pw, L = self.pw, self.pw.L
         y = torch.empty(1, L.N, dtype=pw.act, device=self.dev)
-        tiles, slices = LUT_LAYOUT.grid(L.K, L.N, self.lut_ks)
-        ws, cnt = _workspace(self.dev, L.N, tiles)
+        tiles, slices = LUT_LAYOUT.grid(L.K, L.N, self.lut_ks, self.lut_ct)
+        ws, cnt = _workspace(self.dev, L.N, -(-L.N // LUT_LAYOUT.THREADS))
         try:
-            self.mod.lowbit_lut(x, pw.lut, pw.qw.scales, pw.qw.zeros, y, ws, cnt, pw.qw.group_size, self.lut_ks)
+            self.mod.lowbit_lut(x, pw.lut, pw.qw.scales, pw.qw.zeros, y, ws, cnt, pw.qw.group_size, self.lut_ks,
+                                self.lut_ct)
         except Exception:
             _reset_workspace(self.dev)
             raise
@@ -460,7 +462,7 @@ class LowbitMatmul:
         tiles x k slices."""
         v = self.variant_num(M, bool(prof))
         if v == LUT:
-            tiles, slices = LUT_LAYOUT.grid(self.pw.L.K, self.pw.L.N, self.lut_ks)
+            tiles, slices = LUT_LAYOUT.grid(self.pw.L.K, self.pw.L.N, self.lut_ks, self.lut_ct)
             return tiles * slices
         return self._grid_query(M, prof, v)
 
@@ -617,9 +619,9 @@ class LowbitMatmul:
             if tuned and tuned[1]:
                 vname += " (timed ms: " + ", ".join(f"{n} {t:.4g}" for n, t in tuned[1].items()) + ")"
             if v == LUT:
-                tiles, slices = LUT_LAYOUT.grid(L.K, L.N, self.lut_ks)
-                return (f"native decode{vname} {pw.rec.name} ks{self.lut_ks} grid{tiles * slices} ({tiles} column tiles x "
-                        f"{slices} k slices) | one table lookup per 4 weights")
+                tiles, slices = LUT_LAYOUT.grid(L.K, L.N, self.lut_ks, self.lut_ct)
+                return (f"native decode{vname} {pw.rec.name} ks{self.lut_ks} ct{self.lut_ct} grid{tiles * slices} "
+                        f"({tiles} x {self.lut_ct} column tiles x {slices} k slices) | one table lookup per 4 weights")
             grid = self._grids.get(M) or self.grid_for(M)
             return (f"native decode{vname} {pw.rec.name}{' xsplit' if pw.xsplit else ''} mt{_mt(pw, M)} kstep{L.kstep} "
                     f"grid{grid} ({L.nblocks}x{L.iters} stages, stream-K) | dequant {pw.rec.deq_cost()['per_weight']:.2f}"

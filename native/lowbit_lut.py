@@ -18,7 +18,8 @@ import torch
 UNIT = 128                 # k per 16-byte load of a column's codes
 KS_CHOICES = (256, 512)    # k per block (the launcher's builds); 512: the fastest of 512 / 1024 / 2048 measured
 KS_DEFAULT = 512           # on an H100 at the three tilus_fig10 shapes (section 33)
-THREADS = 256              # columns per block
+CT_CHOICES = (1, 2, 4)     # column tiles per block: one table serves them, the next tile's codes load meanwhile
+THREADS = 256              # columns per tile (a lane per column)
 
 
 def group_ok(K: int, group: int) -> Optional[str]:
@@ -58,9 +59,19 @@ def unpack(words: torch.Tensor, K: int) -> torch.Tensor:
     return bits.reshape(U * UNIT, N)[:K].to(torch.int32)
 
 
-def grid(K: int, N: int, ks: int = KS_DEFAULT) -> tuple[int, int]:
-    """(column tiles, k slices) of a launch."""
-    return -(-N // THREADS), -(-units(K) // (ks // UNIT))
+def grid(K: int, N: int, ks: int = KS_DEFAULT, ct: int = 1) -> tuple[int, int]:
+    """(blocks along N -- ct column tiles each --, k slices) of a launch."""
+    return -(-N // (THREADS * ct)), -(-units(K) // (ks // UNIT))
+
+
+def default_ct(K: int, N: int, sms: int, ks: int = KS_DEFAULT) -> int:
+    """The most column tiles per block that still leave 4 blocks per SM (what the launch's occupancy needs to hide
+    the code loads), else 1."""
+    for ct in sorted(CT_CHOICES, reverse=True):
+        cols, slices = grid(K, N, ks, ct)
+        if cols * slices >= 4 * sms:
+            return ct
+    return 1
 
 
 def emulate(words: torch.Tensor, x: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, K: int, group: int,

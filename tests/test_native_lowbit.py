@@ -741,6 +741,18 @@ def test_lut_layout_round_trip_and_arithmetic_against_float64(K, N, g, ks):
     assert float((y.double() - ref).norm() / ref.norm()) < 1e-5
     tiles, slices = LUT.grid(K, N, ks)
     assert tiles == -(-N // 256) and slices == -(-(-(-K // 128)) // (ks // 128))
+    assert LUT.grid(K, N, ks, 4)[0] == -(-tiles // 4) and LUT.grid(K, N, ks, 4)[1] == slices
+
+
+def test_lut_column_tiles_per_block_leave_four_blocks_per_sm():
+    import native.lowbit_lut as LUT
+    assert LUT.default_ct(8192, 57344, 132) == 4        # 56 x 16 blocks
+    assert LUT.default_ct(28672, 8192, 132) == 2        # 16 x 56
+    assert LUT.default_ct(8192, 8192, 132) == 1         # 32 x 16: fewer than 4 per SM at any ct
+    for K, N in [(8192, 57344), (28672, 8192), (5120, 27648), (1000, 300)]:
+        ct = LUT.default_ct(K, N, 132)
+        assert ct in LUT.CT_CHOICES
+        assert ct == 1 or LUT.grid(K, N, LUT.KS_DEFAULT, ct)[0] * LUT.grid(K, N)[1] >= 4 * 132
 
 
 def test_lut_supports_u1_and_its_group_sizes_only():

@@ -14,7 +14,8 @@ int native_layer_norm_f16(const void *x, const void *w, const void *b, void *y, 
 int native_calibrate(uint64_t spin_cycles, int blocks, int threads, unsigned long long *sink,
                      uint32_t *prof, uint32_t capacity, int mode, void *stream);
 // u1 weights at M = 1 through a table of partial sums of x (native/kernels/lowbit_lut.cu): whether (K, group) is
-// launchable, and the launch (ks: k per block, 256 or 512; returns 0, a cudaError_t, or < 0 for a bad argument).
+// launchable, and the launch (ks: k per block, 256 or 512; ct: column tiles of 256 per block, 1, 2 or 4; returns 0,
+// a cudaError_t, or < 0 for a bad argument).
 int native_lowbit_lut_ok(int K, int group);
 int native_lowbit_lut(const void *x, const void *words, const void *s, const void *z, float *ws, unsigned *cnt,
-                      void *y, int K, int N, int group, int bf16, int ks, void *stream);
+                      void *y, int K, int N, int group, int bf16, int ks, int ct, void *stream);

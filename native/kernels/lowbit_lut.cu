@@ -37,39 +37,45 @@ __device__ __forceinline__ float word_sum(const float *Tw, unsigned v) {
 }
 
 // WPG: 1 or 2 -- groups of 32 or 64 k, scaled per word (a group's words are whole); 0 -- groups of a multiple of
-// 128 k (upg units each; per channel: upg = units), scaled at each group's end and at the slice's end
-template <typename T, int U, int WPG>
+// 128 k (upg units each; per channel: upg = units), scaled at each group's end and at the slice's end.
+// CT: column tiles of 256 per block -- one table serves CT tiles, the next tile's codes load while one is summed.
+template <typename T, int U, int WPG, int CT>
 __global__ void __launch_bounds__(LUT_THREADS) lowbit_lut_kernel(
     const T *__restrict__ x, const uint4 *__restrict__ words, const T *__restrict__ s, const T *__restrict__ z,
     float *__restrict__ ws, unsigned *__restrict__ cnt, T *__restrict__ y, int K, int N, int units, int upg) {
   constexpr int Q = 32 * U, W = 4 * U, NS = WPG ? W : U;
   __shared__ __align__(16) float tab[Q * 16];
   __shared__ float xw[W];   // sum of x per code word of the slice
-  const int tid = threadIdx.x, n = blockIdx.x * LUT_THREADS + tid, nn = n < N ? n : N - 1;
+  const int tid = threadIdx.x, tile0 = blockIdx.x * CT;
   const int u0 = blockIdx.y * U, nu = min(U, units - u0);
-  // the slice's code words and scales are in flight while the table is built
-  uint4 w[U];
-  float sc[NS], zz[NS];
-#pragma unroll
-  for (int j = 0; j < U; j++) w[j] = j < nu ? __ldg(words + (size_t)(u0 + j) * N + nn) : make_uint4(0, 0, 0, 0);
+  // per scale slot (a word, or a unit): its group (-1: none), and for units whether a group ends there
+  int gidx[NS];
+  unsigned ends = 0;
   if (WPG) {
 #pragma unroll
-    for (int i = 0; i < W; i++) {   // word i's group (words past K: none, their codes are zero)
-      const int kw = 4 * u0 + i;
-      const bool in = 32 * kw < K;
-      const size_t gi = (size_t)(in ? kw / WPG : 0) * N + nn;
-      sc[i] = in ? ld(s, gi) : 0.f;
-      zz[i] = in ? ld(z, gi) : 0.f;
-    }
+    for (int i = 0; i < W; i++) gidx[i] = 32 * (4 * u0 + i) < K ? (4 * u0 + i) / WPG : -1;
   } else {
-    int gi = u0 / upg, r = u0 - gi * upg;   // the group of unit u0 and its place in it, then counted along
+    int gi = u0 / upg, r = u0 - gi * upg;
 #pragma unroll
     for (int j = 0; j < U; j++) {
-      sc[j] = j < nu ? ld(s, (size_t)gi * N + nn) : 0.f;
-      zz[j] = j < nu ? ld(z, (size_t)gi * N + nn) : 0.f;
-      if (++r == upg) { r = 0; gi++; }
+      gidx[j] = j < nu ? gi : -1;
+      if (++r == upg || j == nu - 1) ends |= 1u << j;
+      if (r == upg) { r = 0; gi++; }
     }
   }
+  auto load = [&](int tile, uint4 (&w)[U], float (&sc)[NS], float (&zz)[NS]) {
+    const int n = tile * LUT_THREADS + tid, nn = n < N ? n : N - 1;
+#pragma unroll
+    for (int j = 0; j < U; j++) w[j] = j < nu ? __ldg(words + (size_t)(u0 + j) * N + nn) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int i = 0; i < NS; i++) {
+      sc[i] = gidx[i] >= 0 ? ld(s, (size_t)gidx[i] * N + nn) : 0.f;
+      zz[i] = gidx[i] >= 0 ? ld(z, (size_t)gidx[i] * N + nn) : 0.f;
+    }
+  };
+  uint4 w[U];
+  float sc[NS], zz[NS];
+  load(tile0, w, sc, zz);   // in flight while the table is built
   for (int t = tid; t < Q; t += LUT_THREADS) {   // Q is a multiple of 32: whole warps
     const int k = 128 * u0 + 4 * t;
     float a[4];
@@ -91,42 +97,66 @@ __global__ void __launch_bounds__(LUT_THREADS) lowbit_lut_kernel(
     if ((t & 7) == 0) xw[t >> 3] = sw;
   }
   __syncthreads();
-  float acc = 0.f;
+  // the sum of x that each scale slot's zero point multiplies: per word, or per group part ending at a unit
+  float xs[NS];
   if (WPG) {
 #pragma unroll
-    for (int j = 0; j < U; j++) {
-      if (j < nu) {
-        const unsigned v[4] = {w[j].x, w[j].y, w[j].z, w[j].w};
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-          acc = fmaf(sc[4 * j + i], word_sum(tab + (32 * j + 8 * i) * 16, v[i]) - zz[4 * j + i] * xw[4 * j + i], acc);
-      }
-    }
+    for (int i = 0; i < W; i++) xs[i] = xw[i];
   } else {
-    float ga = 0.f, xg = 0.f;
-    int r = u0 % upg;
+    float xg = 0.f;
+#pragma unroll
+    for (int j = 0; j < U; j++) {
+      xg += (xw[4 * j] + xw[4 * j + 1]) + (xw[4 * j + 2] + xw[4 * j + 3]);
+      xs[j] = xg;
+      if (ends >> j & 1u) xg = 0.f;
+    }
+  }
+  float acc[CT];
+#pragma unroll
+  for (int c = 0; c < CT; c++) {
+    uint4 wn[U];
+    float sn[NS], zn[NS];
+    if (c + 1 < CT) load(tile0 + c + 1, wn, sn, zn);   // the next tile's codes while this one is summed
+    float a = 0.f, ga = 0.f;
 #pragma unroll
     for (int j = 0; j < U; j++) {
       if (j < nu) {
         const unsigned v[4] = {w[j].x, w[j].y, w[j].z, w[j].w};
-        float a = 0.f;
+        if (WPG) {
 #pragma unroll
-        for (int i = 0; i < 4; i++) a += word_sum(tab + (32 * j + 8 * i) * 16, v[i]);
-        ga += a;
-        xg += (xw[4 * j] + xw[4 * j + 1]) + (xw[4 * j + 2] + xw[4 * j + 3]);
-        if (++r == upg || j == nu - 1) {   // a group ends, or the slice: its share of the group
-          acc = fmaf(sc[j], ga - zz[j] * xg, acc);
-          ga = xg = 0.f;
-          if (r == upg) r = 0;
+          for (int i = 0; i < 4; i++)
+            a = fmaf(sc[4 * j + i], word_sum(tab + (32 * j + 8 * i) * 16, v[i]) - zz[4 * j + i] * xs[4 * j + i], a);
+        } else {
+#pragma unroll
+          for (int i = 0; i < 4; i++) ga += word_sum(tab + (32 * j + 8 * i) * 16, v[i]);
+          if (ends >> j & 1u) {   // a group ends, or the slice: its share of the group
+            a = fmaf(sc[j], ga - zz[j] * xs[j], a);
+            ga = 0.f;
+          }
         }
       }
     }
+    acc[c] = a;
+    if (c + 1 < CT) {
+#pragma unroll
+      for (int j = 0; j < U; j++) w[j] = wn[j];
+#pragma unroll
+      for (int i = 0; i < NS; i++) { sc[i] = sn[i]; zz[i] = zn[i]; }
+    }
   }
   if (gridDim.y == 1) {
-    if (n < N) st(y, n, acc);
+#pragma unroll
+    for (int c = 0; c < CT; c++) {
+      const int n = (tile0 + c) * LUT_THREADS + tid;
+      if (n < N) st(y, n, acc[c]);
+    }
     return;
   }
-  if (n < N) atomicAdd(ws + n, acc);
+#pragma unroll
+  for (int c = 0; c < CT; c++) {
+    const int n = (tile0 + c) * LUT_THREADS + tid;
+    if (n < N) atomicAdd(ws + n, acc[c]);
+  }
   __threadfence();
   __syncthreads();
   __shared__ bool last;
@@ -134,29 +164,38 @@ __global__ void __launch_bounds__(LUT_THREADS) lowbit_lut_kernel(
   __syncthreads();
   if (last) {
     __threadfence();
-    if (n < N) st(y, n, atomicExch(ws + n, 0.f));
+#pragma unroll
+    for (int c = 0; c < CT; c++) {
+      const int n = (tile0 + c) * LUT_THREADS + tid;
+      if (n < N) st(y, n, atomicExch(ws + n, 0.f));
+    }
     if (tid == 0) cnt[blockIdx.x] = 0u;
   }
 }
 
+template <typename T, int U, int WPG>
+int launch_ct(const T *x, const uint4 *w, const T *s, const T *z, float *ws, unsigned *cnt, T *y, int K, int N,
+              int units, int upg, int ct, cudaStream_t st) {
+  const int tiles = (N + LUT_THREADS - 1) / LUT_THREADS;
+  const dim3 grid((tiles + ct - 1) / ct, (units + U - 1) / U);
+  if (ct == 4) lowbit_lut_kernel<T, U, WPG, 4><<<grid, LUT_THREADS, 0, st>>>(x, w, s, z, ws, cnt, y, K, N, units, upg);
+  else if (ct == 2) lowbit_lut_kernel<T, U, WPG, 2><<<grid, LUT_THREADS, 0, st>>>(x, w, s, z, ws, cnt, y, K, N, units, upg);
+  else lowbit_lut_kernel<T, U, WPG, 1><<<grid, LUT_THREADS, 0, st>>>(x, w, s, z, ws, cnt, y, K, N, units, upg);
+  return (int)cudaGetLastError();
+}
+
 template <typename T, int U>
 int launch(const void *x, const void *words, const void *s, const void *z, float *ws, unsigned *cnt, void *y, int K,
-           int N, int group, void *stream) {
+           int N, int group, int ct, void *stream) {
   const int units = (K + 127) / 128;
-  const dim3 grid((N + LUT_THREADS - 1) / LUT_THREADS, (units + U - 1) / U);
   const auto st = static_cast<cudaStream_t>(stream);
-  const T *xt = static_cast<const T *>(x), *st_ = static_cast<const T *>(s), *zt = static_cast<const T *>(z);
+  const T *xt = static_cast<const T *>(x), *sct = static_cast<const T *>(s), *zt = static_cast<const T *>(z);
   const uint4 *wt = static_cast<const uint4 *>(words);
   T *yt = static_cast<T *>(y);
-  if (group == 32) {
-    lowbit_lut_kernel<T, U, 1><<<grid, LUT_THREADS, 0, st>>>(xt, wt, st_, zt, ws, cnt, yt, K, N, units, 0);
-  } else if (group == 64) {
-    lowbit_lut_kernel<T, U, 2><<<grid, LUT_THREADS, 0, st>>>(xt, wt, st_, zt, ws, cnt, yt, K, N, units, 0);
-  } else {
-    const int upg = (group == -1 || group == K) ? units : group / 128;
-    lowbit_lut_kernel<T, U, 0><<<grid, LUT_THREADS, 0, st>>>(xt, wt, st_, zt, ws, cnt, yt, K, N, units, upg);
-  }
-  return (int)cudaGetLastError();
+  if (group == 32) return launch_ct<T, U, 1>(xt, wt, sct, zt, ws, cnt, yt, K, N, units, 0, ct, st);
+  if (group == 64) return launch_ct<T, U, 2>(xt, wt, sct, zt, ws, cnt, yt, K, N, units, 0, ct, st);
+  const int upg = (group == -1 || group == K) ? units : group / 128;
+  return launch_ct<T, U, 0>(xt, wt, sct, zt, ws, cnt, yt, K, N, units, upg, ct, st);
 }
 }  // namespace
 
@@ -166,12 +205,12 @@ int native_lowbit_lut_ok(int K, int group) {
 }
 
 int native_lowbit_lut(const void *x, const void *words, const void *s, const void *z, float *ws, unsigned *cnt,
-                      void *y, int K, int N, int group, int bf16, int ks, void *stream) {
+                      void *y, int K, int N, int group, int bf16, int ks, int ct, void *stream) {
   if (!native_lowbit_lut_ok(K, group) || (group > 0 && group != K && K % group)) return -1;
-  if (ks != 256 && ks != 512) return -2;
+  if ((ks != 256 && ks != 512) || (ct != 1 && ct != 2 && ct != 4)) return -2;
   if (bf16)
-    return ks == 256 ? launch<__nv_bfloat16, 2>(x, words, s, z, ws, cnt, y, K, N, group, stream)
-                     : launch<__nv_bfloat16, 4>(x, words, s, z, ws, cnt, y, K, N, group, stream);
-  return ks == 256 ? launch<__half, 2>(x, words, s, z, ws, cnt, y, K, N, group, stream)
-                   : launch<__half, 4>(x, words, s, z, ws, cnt, y, K, N, group, stream);
+    return ks == 256 ? launch<__nv_bfloat16, 2>(x, words, s, z, ws, cnt, y, K, N, group, ct, stream)
+                     : launch<__nv_bfloat16, 4>(x, words, s, z, ws, cnt, y, K, N, group, ct, stream);
+  return ks == 256 ? launch<__half, 2>(x, words, s, z, ws, cnt, y, K, N, group, ct, stream)
+                   : launch<__half, 4>(x, words, s, z, ws, cnt, y, K, N, group, ct, stream);
 }
