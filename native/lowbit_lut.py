@@ -16,9 +16,11 @@ from typing import Optional
 import torch
 
 UNIT = 128                 # k per 16-byte load of a column's codes
-KS_CHOICES = (256, 512)    # k per block (the launcher's builds); 512: the fastest of 512 / 1024 / 2048 measured
-KS_DEFAULT = 512           # on an H100 at the three tilus_fig10 shapes (section 33)
+KS_CHOICES = (256, 512)    # k per block (the launcher's builds)
 CT_CHOICES = (1, 2, 4)     # column tiles per block: one table serves them, the next tile's codes load meanwhile
+KS_DEFAULT = 256           # with default_ct's tiles: the fastest or within 2% of it of the 6 (ks, ct) pairs at the three
+                           # tilus_fig10 shapes and per channel on (8192, 57344) (H100, section 33); 512 with 4 tiles
+                           # (88 registers: 2 blocks per SM) was the slowest there
 THREADS = 256              # columns per tile (a lane per column)
 
 

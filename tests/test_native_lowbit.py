@@ -746,9 +746,11 @@ def test_lut_layout_round_trip_and_arithmetic_against_float64(K, N, g, ks):
 
 def test_lut_column_tiles_per_block_leave_four_blocks_per_sm():
     import native.lowbit_lut as LUT
-    assert LUT.default_ct(8192, 57344, 132) == 4        # 56 x 16 blocks
-    assert LUT.default_ct(28672, 8192, 132) == 2        # 16 x 56
-    assert LUT.default_ct(8192, 8192, 132) == 1         # 32 x 16: fewer than 4 per SM at any ct
+    assert LUT.KS_DEFAULT == 256
+    assert LUT.default_ct(8192, 57344, 132) == 4        # 56 x 32 blocks
+    assert LUT.default_ct(28672, 8192, 132) == 4        # 8 x 112
+    assert LUT.default_ct(8192, 8192, 132) == 1         # 32 x 32 (2 tiles: 512 blocks, under 4 per SM)
+    assert LUT.default_ct(8192, 57344, 132, 512) == 4 and LUT.default_ct(28672, 8192, 132, 512) == 2
     for K, N in [(8192, 57344), (28672, 8192), (5120, 27648), (1000, 300)]:
         ct = LUT.default_ct(K, N, 132)
         assert ct in LUT.CT_CHOICES
