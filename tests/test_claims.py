@@ -186,6 +186,27 @@ def test_end_to_end_eager_tilus_gives_way_to_our_other_u4_kernels_in_the_f16_mod
     assert "triton' u4 rows ran eager only" in c["why"] and "tilus' u4 rows ran eager only" in c["why"]
 
 
+def _qwen_rows(f16: dict, u4: dict, gpu_name: str) -> list:
+    return [row("tilus_fig13", "latency_ms", ms, model="qwen2_5_32b", weight_dtype=wdt, impl=impl, phase="decode",
+                batch=bs, seq_len=2048, model_layers=64, params=json.dumps({"mode": "cuda_graph"}), gpu_name=gpu_name)
+            for (bs, ms), wdt, impl in [(kv, "f16", "cublas") for kv in f16.items()]
+            + [(kv, "u4", "triton") for kv in u4.items()]]
+
+
+def test_a_claim_is_judged_on_its_own_gpus_rows_where_they_exist(tmp_path):
+    """tilus_qwen32b_decode_h100 is about an H100: with tilus_fig13 rows of the H200 only, the H200's decide (and the
+    why names it); once the H100 has rows too, the H100's decide -- like for like with the paper's GPU."""
+    write(tmp_path, "tilus_fig13", _qwen_rows({1: 20.0, 16: 21.0}, {1: 10.0, 16: 14.0}, "NVIDIA H200"))
+    c = _evaluate(tmp_path).loc["tilus_qwen32b_decode_h100"]
+    assert math.isclose(float(c["measured_value"]), math.sqrt(2.0 * 1.5), rel_tol=1e-3)
+    assert "on the H200" in c["why"] and c["gpu"].startswith("NVIDIA H200")
+    write(tmp_path, "tilus_fig13", _qwen_rows({1: 26.0, 16: 27.0}, {1: 13.0, 16: 9.0}, "NVIDIA H100 80GB HBM3"),
+          gpu="h100_sxm")
+    c = _evaluate(tmp_path).loc["tilus_qwen32b_decode_h100"]
+    assert math.isclose(float(c["measured_value"]), math.sqrt(2.0 * 3.0), rel_tol=1e-3)
+    assert "on the H100 SXM" in c["why"] and c["gpu"].startswith("NVIDIA H100 80GB HBM3")
+
+
 def _spec(**kw):
     base = dict(id="x", paper="Tilus", figure=10, statement="s", source="s", how="h", paper_value=2.0,
                 paper_gpu="NVIDIA L40S", expect="> 1", compare="ratio", tolerance=0.15, experiments=("tilus_fig10",))
