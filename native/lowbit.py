@@ -124,7 +124,8 @@ def pack(qw) -> PackedWeight:
     act = "bf16" if qw.act_dtype == torch.bfloat16 else "f16"
     rec, xsplit = LL.recipe_for(qw.fmt, act)
     L = LL.Layout.of(qw.K, qw.N, qw.group_size, rec.kstep)
-    words = LL.pack_codes(rec, qw.codes(), L)
+    codes = qw.codes()
+    words = LL.pack_codes(rec, codes, L)
     dev = qw.packed.device
     if LL.group_ok(qw.K, qw.group_size) is None:
         stab = LL.stage_table(L, flush_each_stage=rec.bias != 0)   # (stage_table: why)
@@ -132,7 +133,7 @@ def pack(qw) -> PackedWeight:
     else:  # groups the decode kernel cannot stage (< 32 k, e.g. 8: up to 16 per stage): the prefill path only
         stab, slots = torch.zeros(L.iters, dtype=torch.int32), 0
     meta = replace(qw, packed=torch.empty(0, dtype=qw.packed.dtype, device=dev))
-    lut = LUT_LAYOUT.pack(qw.codes()) if LUT_LAYOUT.supports(qw) is None else None
+    lut = LUT_LAYOUT.pack(codes) if LUT_LAYOUT.supports(qw) is None else None
     return PackedWeight(rec, xsplit, L, words, LL.pack_scales(qw, L), stab.to(dev), slots, meta, qw.act_dtype, lut)
 
 
@@ -445,7 +446,6 @@ class LowbitMatmul:
         """The lut variant (u1, M = 1): one launch of native/kernels/lowbit_lut.cu."""
         pw, L = self.pw, self.pw.L
         y = torch.empty(1, L.N, dtype=pw.act, device=self.dev)
-        tiles, slices = LUT_LAYOUT.grid(L.K, L.N, self.lut_ks, self.lut_ct)
         ws, cnt = _workspace(self.dev, L.N, -(-L.N // LUT_LAYOUT.THREADS))
         try:
             self.mod.lowbit_lut(x, pw.lut, pw.qw.scales, pw.qw.zeros, y, ws, cnt, pw.qw.group_size, self.lut_ks,
@@ -453,8 +453,11 @@ class LowbitMatmul:
         except Exception:
             _reset_workspace(self.dev)
             raise
-        self._grids[1] = tiles * slices
         return y
+
+    def _lut_grid(self) -> tuple[int, int]:
+        """The lut launch's (blocks along N, k slices)."""
+        return LUT_LAYOUT.grid(self.pw.L.K, self.pw.L.N, self.lut_ks, self.lut_ct)
 
     def grid_for(self, M: int, prof: int = 0) -> int:
         """Blocks the decode launch uses for M rows (occupancy x SMs, at most the work items); prof: 0 the plain
@@ -462,8 +465,8 @@ class LowbitMatmul:
         tiles x k slices."""
         v = self.variant_num(M, bool(prof))
         if v == LUT:
-            tiles, slices = LUT_LAYOUT.grid(self.pw.L.K, self.pw.L.N, self.lut_ks, self.lut_ct)
-            return tiles * slices
+            cols, slices = self._lut_grid()
+            return cols * slices
         return self._grid_query(M, prof, v)
 
     def _grid_query(self, M: int, prof: int, v: int, grid: Optional[int] = None) -> int:
@@ -619,9 +622,9 @@ class LowbitMatmul:
             if tuned and tuned[1]:
                 vname += " (timed ms: " + ", ".join(f"{n} {t:.4g}" for n, t in tuned[1].items()) + ")"
             if v == LUT:
-                tiles, slices = LUT_LAYOUT.grid(L.K, L.N, self.lut_ks, self.lut_ct)
-                return (f"native decode{vname} {pw.rec.name} ks{self.lut_ks} ct{self.lut_ct} grid{tiles * slices} "
-                        f"({tiles} x {self.lut_ct} column tiles x {slices} k slices) | one table lookup per 4 weights")
+                cols, slices = self._lut_grid()
+                return (f"native decode{vname} {pw.rec.name} ks{self.lut_ks} ct{self.lut_ct} grid{cols * slices} "
+                        f"({cols} x {self.lut_ct} column tiles x {slices} k slices) | one table lookup per 4 weights")
             grid = self._grids.get(M) or self.grid_for(M)
             return (f"native decode{vname} {pw.rec.name}{' xsplit' if pw.xsplit else ''} mt{_mt(pw, M)} kstep{L.kstep} "
                     f"grid{grid} ({L.nblocks}x{L.iters} stages, stream-K) | dequant {pw.rec.deq_cost()['per_weight']:.2f}"

@@ -788,3 +788,20 @@ def test_lut_variant_is_u1_at_one_tile_and_not_instrumented():
         if want:
             with pytest.raises(Unsupported):
                 lowbit.variant_for(pw, "lut", 1, prof=True)
+
+
+@pytest.mark.parametrize("argv,msg", [(["--points", "8192,57344"], "expected K,N,GROUP"),
+                                      (["--points", "8192,x,128"], "expected K,N,GROUP"),
+                                      (["--points", "1152,64,96"], "group size 96"),
+                                      (["--points", "0,64,128"], "must be positive"),
+                                      (["--samples", "0"], "at least 1"),
+                                      (["--samples", "many"], "invalid int value"),
+                                      (["--json", "."], "is a directory")])
+def test_lut_tune_rejects_bad_arguments_before_any_gpu_work(argv, msg, capsys):
+    from native import lut_tune
+    with pytest.raises(SystemExit) as e:
+        lut_tune.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert msg in err[-1] and "Traceback" not in "\n".join(err)
+    assert lut_tune.parse_points("8192,57344,128; 1000,300,-1") == [(8192, 57344, 128), (1000, 300, -1)]

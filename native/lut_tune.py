@@ -1,0 +1,103 @@
+"""GPU comparison of the lut decode variant's launch configurations (k per block x column tiles per block) beside the
+regs variant, u1 at M = 1 (native/NOTES.md section 33). Each configuration is checked against float64 first, then
+all are timed in alternating rounds with the harness's Timer (L2 flush, CUDA events).
+
+    python -m native.lut_tune [--points "8192,57344,128;28672,8192,128;8192,8192,128;8192,57344,-1"] [--samples 40]
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+
+DEFAULT_POINTS = "8192,57344,128;28672,8192,128;8192,8192,128;8192,57344,-1"
+
+
+def parse_points(text: str) -> list[tuple[int, int, int]]:
+    """"K,N,GROUP;..." -> [(K, N, group)]; ValueError with the offending point."""
+    out = []
+    for p in (q for q in text.split(";") if q.strip()):
+        parts = p.split(",")
+        try:
+            K, N, g = (int(v) for v in parts)
+        except ValueError:
+            raise ValueError(f"point {p!r}: expected K,N,GROUP (integers)") from None
+        from native.lowbit_lut import group_ok
+        if K <= 0 or N <= 0:
+            raise ValueError(f"point {p!r}: K and N must be positive")
+        if group_ok(K, g):
+            raise ValueError(f"point {p!r}: {group_ok(K, g)}")
+        out.append((K, N, g))
+    if not out:
+        raise ValueError("no points")
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", default=DEFAULT_POINTS, help="K,N,GROUP;... (u1 weights, f16 activations, M = 1)")
+    ap.add_argument("--samples", type=int, default=40)
+    ap.add_argument("--rounds", type=int, default=2, help="alternating timing rounds")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    try:
+        points = parse_points(a.points)
+    except ValueError as e:
+        ap.error(str(e))
+    if a.samples < 1 or a.rounds < 1:
+        ap.error("--samples and --rounds must be at least 1")
+    if a.json and os.path.isdir(a.json):
+        ap.error(f"--json {a.json}: is a directory, not a file")
+    import torch
+    from harness.timing import Timer
+    from kernels import Unavailable
+    from kernels.lowbit.formats import dequantize_ref, random_quantized
+    from native import lowbit
+    from native.lowbit_lut import CT_CHOICES, KS_CHOICES
+    if not torch.cuda.is_available():
+        print("native.lut_tune: no CUDA GPU visible", file=sys.stderr)
+        return 2
+    timer, rows, bad = Timer(samples=a.samples), [], 0
+    for K, N, g in points:
+        qw = random_quantized(K, N, "u1", g, torch.float16, seed=K + N + g, device="cuda")
+        x = torch.randn(1, K, dtype=torch.float16, device="cuda")
+        ref = x.double() @ dequantize_ref(qw, device="cuda")
+        try:
+            regs = lowbit.prepare(qw, torch.float16, variant="regs")
+        except Unavailable as e:
+            print(f"native.lut_tune: {e}", file=sys.stderr)
+            return 2
+        fns = {"regs": regs}
+        print(f"K={K} N={N} g={g}: default ks {regs.lut_ks} ct {regs.lut_ct}", flush=True)
+        for ks, ct in itertools.product(KS_CHOICES, CT_CHOICES):
+            f = lowbit.LowbitMatmul(regs.pw, regs.mod, None, "lut")
+            f.lut_ks, f.lut_ct = ks, ct
+            for _ in range(2):   # twice: the shared workspace must come back zeroed
+                y = f(x)
+            e = float((y.double() - ref).norm() / ref.norm())
+            ok = e < 2e-3 and bool(torch.isfinite(y).all())
+            bad += not ok
+            print(f"  ks{ks} ct{ct} err {e:.2e} {'ok' if ok else 'FAIL'}", flush=True)
+            if ok:
+                fns[f"ks{ks}ct{ct}"] = f
+        res = {k: [] for k in fns}
+        for _ in range(a.rounds):
+            for k, f in fns.items():
+                res[k].append(timer(lambda: f(x)))
+        for k, ts in res.items():
+            print(f"  {k:10s} us " + " / ".join(f"{t.median_ms * 1e3:.1f} ({t.p10_ms * 1e3:.1f}-{t.p90_ms * 1e3:.1f})"
+                                                for t in ts), flush=True)
+            rows.append(dict(K=K, N=N, group=g, config=k, median_us=[t.median_ms * 1e3 for t in ts],
+                             p10_us=[t.p10_ms * 1e3 for t in ts], p90_us=[t.p90_ms * 1e3 for t in ts]))
+        del qw, fns, regs
+        torch.cuda.empty_cache()
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump({"points": rows}, fh, indent=1)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
