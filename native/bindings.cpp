@@ -107,9 +107,11 @@ int64_t lowbit_gemv(const std::string &recipe, int64_t mt, bool xsplit, int64_t 
   return used;
 }
 
-// u1 at M = 1 through a table of partial sums of x (native/kernels/lowbit_lut.cu; layout: native/lowbit_lut.py)
-void lowbit_lut(at::Tensor x, at::Tensor words, at::Tensor scales, at::Tensor zeros, at::Tensor y, at::Tensor ws,
-                at::Tensor counters, int64_t group, int64_t ks, int64_t ct) {
+// u1 at M = 1 through a table of partial sums of x (native/kernels/lowbit_lut.cu; layout: native/lowbit_lut.py):
+// the arguments both of its forms take; returns K
+static int64_t check_lut(const at::Tensor &x, const at::Tensor &words, const at::Tensor &scales,
+                         const at::Tensor &zeros, const at::Tensor &y, const at::Tensor &ws,
+                         const at::Tensor &counters, int64_t group, int64_t counters_needed) {
   check_cuda_contig(x, "x");
   check_cuda_contig(words, "words");
   check_cuda_contig(scales, "scales");
@@ -128,13 +130,38 @@ void lowbit_lut(at::Tensor x, at::Tensor words, at::Tensor scales, at::Tensor ze
   TORCH_CHECK(native_lowbit_lut_ok((int)K, (int)group), "lowbit_lut: group ", group, " with K = ", K);
   TORCH_CHECK(scales.size(0) == ((group == -1 || group == K) ? 1 : K / group), "scales: one row per group");
   TORCH_CHECK(ws.scalar_type() == at::kFloat && ws.numel() >= N, "workspace: >= N f32");
-  TORCH_CHECK(counters.scalar_type() == at::kInt && counters.numel() >= (N + 255) / 256, "counters: >= N / 256 int32");
-  const int err = native_lowbit_lut(x.data_ptr(), words.data_ptr(), scales.data_ptr(), zeros.data_ptr(),
-                                    ws.data_ptr<float>(), reinterpret_cast<unsigned *>(counters.data_ptr<int32_t>()),
-                                    y.data_ptr(), (int)K, (int)N, (int)group, x.scalar_type() == at::kBFloat16,
-                                    (int)ks, (int)ct, cur_stream());
-  TORCH_CHECK(err >= 0, "lowbit_lut: bad arguments (", err, ")");
-  TORCH_CHECK(err == 0, "lowbit_lut launch failed: cudaError ", err);
+  TORCH_CHECK(counters.scalar_type() == at::kInt && counters.numel() >= counters_needed, "counters: >= ",
+              counters_needed, " int32");
+  return K;
+}
+
+static void check_lut_err(int err, const char *what) {
+  TORCH_CHECK(err >= 0, what, ": bad arguments (", err, ")");
+  TORCH_CHECK(err == 0, what, " launch failed: cudaError ", err);
+}
+
+void lowbit_lut(at::Tensor x, at::Tensor words, at::Tensor scales, at::Tensor zeros, at::Tensor y, at::Tensor ws,
+                at::Tensor counters, int64_t group, int64_t ks, int64_t ct) {
+  const int64_t N = y.size(-1);
+  const int64_t K = check_lut(x, words, scales, zeros, y, ws, counters, group, (N + 255) / 256);
+  check_lut_err(native_lowbit_lut(x.data_ptr(), words.data_ptr(), scales.data_ptr(), zeros.data_ptr(),
+                                  ws.data_ptr<float>(), reinterpret_cast<unsigned *>(counters.data_ptr<int32_t>()),
+                                  y.data_ptr(), (int)K, (int)N, (int)group, x.scalar_type() == at::kBFloat16, (int)ks,
+                                  (int)ct, cur_stream()),
+                "lowbit_lut");
+}
+
+// its span form: nbx blocks along N per 4096 k
+void lowbit_lut_span(at::Tensor x, at::Tensor words, at::Tensor scales, at::Tensor zeros, at::Tensor y, at::Tensor ws,
+                     at::Tensor counters, int64_t group, int64_t nbx) {
+  const int64_t N = y.size(-1);
+  const int64_t K = check_lut(x, words, scales, zeros, y, ws, counters, group, nbx);
+  TORCH_CHECK(nbx >= 1 && nbx <= (N + 3) / 4, "lowbit_lut_span: nbx ", nbx, " outside 1 .. ", (N + 3) / 4);
+  check_lut_err(native_lowbit_lut_span(x.data_ptr(), words.data_ptr(), scales.data_ptr(), zeros.data_ptr(),
+                                       ws.data_ptr<float>(), reinterpret_cast<unsigned *>(counters.data_ptr<int32_t>()),
+                                       y.data_ptr(), (int)K, (int)N, (int)group, x.scalar_type() == at::kBFloat16,
+                                       (int)nbx, cur_stream()),
+                "lowbit_lut_span");
 }
 
 int64_t lowbit_gemv_grid(const std::string &recipe, int64_t mt, bool xsplit, int64_t prof, bool out_bf16, int64_t MX,
@@ -222,6 +249,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("lowbit_gemv", &lowbit_gemv);
   m.def("lowbit_gemv_grid", &lowbit_gemv_grid);
   m.def("lowbit_lut", &lowbit_lut);
+  m.def("lowbit_lut_span", &lowbit_lut_span);
   m.def("lowbit_dequant", &lowbit_dequant);
   m.def("lowbit_xsplit", &lowbit_xsplit);
   m.def("lowbit_fused_built", &lowbit_fused_built);

@@ -226,11 +226,14 @@ def _mt(pw: PackedWeight, M: int) -> int:
 # native/include/lowbit_kernel.cuh (GemvParams::variant); regs: native/include/lowbit_regs.cuh (mt1 and mt2)
 # bulk1: bulk's kernel launched with one block per SM (its grid where bulk fits two; native/NOTES.md section 30)
 # lut: u1 at M = 1 through a table of partial sums of x (native/kernels/lowbit_lut.cu, its own layout; section 33),
-# a kernel of its own, not GemvParams::variant, and without an instrumented build
-DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3, "regs": 4, "bulk1": 5, "lut": 6}
+# a kernel of its own, not GemvParams::variant, and without an instrumented build; lutspan: its span form (a lane per
+# 128 k, a block per 4096 k: the same layout; section 34)
+DECODE_VARIANTS = {"base": 0, "lean": 1, "lean3": 2, "bulk": 3, "regs": 4, "bulk1": 5, "lut": 6, "lutspan": 7}
 REGS = DECODE_VARIANTS["regs"]                           # mt1: x whole in shared memory (where it fits); mt2: an x ring
 BULK1 = DECODE_VARIANTS["bulk1"]
 LUT = DECODE_VARIANTS["lut"]
+LUTSPAN = DECODE_VARIANTS["lutspan"]
+LUT_VARIANTS = (LUT, LUTSPAN)                            # the table-lookup kernels (u1, M = 1; native/lowbit_lut.py)
 PROF_VARIANTS = {0, 1, 3, REGS, BULK1}                   # those with an instrumented build (native/include/lowbit_launch.cuh)
 PROF_MODES = {"staged": 1, "warp0": 2}                   # its instrumentation modes (INSTR_MODE_* of instrument.cuh)
 
@@ -280,8 +283,8 @@ def variant_for(pw: "PackedWeight", variant: str, mt: int = 1, prof: bool = Fals
     if variant == "auto":
         variant = AUTO_VARIANT.get((name, mt), "lean" if name in TUNED_RECIPES else "bulk")
     v = DECODE_VARIANTS[variant]
-    if v == LUT:
-        v = LUT if pw.lut is not None and mt == 1 else 0   # (prof: no instrumented build, raises below)
+    if v in LUT_VARIANTS:
+        v = v if pw.lut is not None and mt == 1 else 0   # (prof: no instrumented build, raises below)
     else:
         built = BULK_RECIPES if v in (3, REGS, BULK1) else TUNED_RECIPES
         f16 = pw.rec.target == "f16"
@@ -344,6 +347,7 @@ class LowbitMatmul:
         self._grids: dict = {}
         self.lut_ks = LUT_LAYOUT.KS_DEFAULT   # k per block of the lut variant (LUT_LAYOUT.KS_CHOICES)
         self.lut_ct = LUT_LAYOUT.default_ct(pw.L.K, pw.L.N, self.sms, self.lut_ks)   # its column tiles per block
+        self.span_bps = LUT_LAYOUT.SPAN_BPS[0]   # blocks per SM of the lutspan variant (LUT_LAYOUT.SPAN_BPS)
 
     # -- decode ------------------------------------------------------------------------------
     def decode_ok(self, M: int) -> bool:
@@ -374,12 +378,12 @@ class LowbitMatmul:
         mt = _mt(pw, M)
         regs = self._regs_grid(M) if REGS in decode_candidates(pw, mt) else 0
         return (self.dev.index, pw.rec.name, pw.xsplit, mt, L.K, L.N, pw.qw.group_size, self.grid, regs,
-                self._launchable(M, LUT) and (self.lut_ks, self.lut_ct))
+                self._launchable(M, LUT) and (self.lut_ks, self.lut_ct, self.span_bps))
 
     def decode_candidates(self, M: int) -> list:
-        """decode_candidates(pw, tiles) that launch at M rows, and the lut variant where it does (u1, M = 1)."""
+        """decode_candidates(pw, tiles) that launch at M rows, and the lut variants where they do (u1, M = 1)."""
         out = [v for v in decode_candidates(self.pw, _mt(self.pw, M)) if self._launchable(M, v)]
-        return out + [LUT] if self._launchable(M, LUT) else out
+        return out + [v for v in LUT_VARIANTS if self._launchable(M, v)]
 
     def _launchable(self, M: int, v: int) -> bool:
         """Whether variant v launches at M rows as a kernel of its own: regs at one tile holds x whole in shared memory
@@ -387,7 +391,7 @@ class LowbitMatmul:
         bulk where bulk runs one block per SM anyway."""
         if v == BULK1:
             return not self.grid and self._grid_query(M, 0, 3, grid=0) > self.sms
-        if v == LUT:
+        if v in LUT_VARIANTS:
             return M == 1 and self.pw.lut is not None
         return v != REGS or self._regs_grid(M) > 0
 
@@ -422,8 +426,8 @@ class LowbitMatmul:
                     and not torch.cuda.is_current_stream_capturing():
                 _DECODE_TUNED[self._decode_key(M)] = self._tune_decode(x)
             v = self.variant_num(M, prof is not None)
-        if v == LUT:
-            return self._lut(x)
+        if v in LUT_VARIANTS:
+            return self._lut(x, v)
         y = torch.empty(M, L.N, dtype=pw.act, device=self.dev)
         xin = x
         if pw.xsplit:
@@ -442,30 +446,37 @@ class LowbitMatmul:
         self._grids[M] = used
         return y
 
-    def _lut(self, x: torch.Tensor) -> torch.Tensor:
-        """The lut variant (u1, M = 1): one launch of native/kernels/lowbit_lut.cu."""
+    def _lut(self, x: torch.Tensor, v: int) -> torch.Tensor:
+        """A lut variant (u1, M = 1): one launch of native/kernels/lowbit_lut.cu (v: LUT or LUTSPAN)."""
         pw, L = self.pw, self.pw.L
         y = torch.empty(1, L.N, dtype=pw.act, device=self.dev)
-        ws, cnt = _workspace(self.dev, L.N, -(-L.N // LUT_LAYOUT.THREADS))
+        cols, _ = self._lut_grid(v)
+        ws, cnt = _workspace(self.dev, L.N, cols)
         try:
-            self.mod.lowbit_lut(x, pw.lut, pw.qw.scales, pw.qw.zeros, y, ws, cnt, pw.qw.group_size, self.lut_ks,
-                                self.lut_ct)
+            if v == LUTSPAN:
+                self.mod.lowbit_lut_span(x, pw.lut, pw.qw.scales, pw.qw.zeros, y, ws, cnt, pw.qw.group_size, cols)
+            else:
+                self.mod.lowbit_lut(x, pw.lut, pw.qw.scales, pw.qw.zeros, y, ws, cnt, pw.qw.group_size, self.lut_ks,
+                                    self.lut_ct)
         except Exception:
             _reset_workspace(self.dev)
             raise
         return y
 
-    def _lut_grid(self) -> tuple[int, int]:
-        """The lut launch's (blocks along N, k slices)."""
-        return LUT_LAYOUT.grid(self.pw.L.K, self.pw.L.N, self.lut_ks, self.lut_ct)
+    def _lut_grid(self, v: int) -> tuple[int, int]:
+        """A lut variant's launch: (blocks along N, k slices)."""
+        K, N = self.pw.L.K, self.pw.L.N
+        if v == LUTSPAN:
+            return LUT_LAYOUT.span_nbx(K, N, self.sms, self.span_bps), LUT_LAYOUT.span_slices(K)
+        return LUT_LAYOUT.grid(K, N, self.lut_ks, self.lut_ct)
 
     def grid_for(self, M: int, prof: int = 0) -> int:
         """Blocks the decode launch uses for M rows (occupancy x SMs, at most the work items); prof: 0 the plain
         kernel, else the instrumented one in that instrumentation mode (PROF_MODES); the lut variant: its column
         tiles x k slices."""
         v = self.variant_num(M, bool(prof))
-        if v == LUT:
-            cols, slices = self._lut_grid()
+        if v in LUT_VARIANTS:
+            cols, slices = self._lut_grid(v)
             return cols * slices
         return self._grid_query(M, prof, v)
 
@@ -621,8 +632,12 @@ class LowbitMatmul:
             tuned = _DECODE_TUNED.get(self._decode_key(M)) if self.variant == "timed" else None
             if tuned and tuned[1]:
                 vname += " (timed ms: " + ", ".join(f"{n} {t:.4g}" for n, t in tuned[1].items()) + ")"
-            if v == LUT:
-                cols, slices = self._lut_grid()
+            if v in LUT_VARIANTS:
+                cols, slices = self._lut_grid(v)
+                if v == LUTSPAN:
+                    return (f"native decode{vname} {pw.rec.name} span {self.span_bps} blocks/SM grid{cols * slices} "
+                            f"({cols} column ranges x {slices} spans of 4096 k, a lane per 128 k) | one table lookup "
+                            f"per 4 weights")
                 return (f"native decode{vname} {pw.rec.name} ks{self.lut_ks} ct{self.lut_ct} grid{cols * slices} "
                         f"({cols} x {self.lut_ct} column tiles x {slices} k slices) | one table lookup per 4 weights")
             grid = self._grids.get(M) or self.grid_for(M)

@@ -22,6 +22,10 @@ KS_DEFAULT = 256           # with default_ct's tiles: the fastest or within 2% o
                            # tilus_fig10 shapes and per channel on (8192, 57344) (H100, section 33); 512 with 4 tiles
                            # (88 registers: 2 blocks per SM) was the slowest there
 THREADS = 256              # columns per tile (a lane per column)
+# the span form (the `lutspan` variant, native/NOTES.md section 34): a lane per unit, a block per SPAN_UNITS units
+SPAN_UNITS = 32            # units (of 128 k) per block: 4096 k, a lane each
+SPAN_COLS = 4              # columns a warp sums at a time (64 contiguous bytes of codes per lane)
+SPAN_BPS = (3, 2, 1)       # blocks per SM it can be given (64 KB of tables each: 3 fit); the first is the default
 
 
 def group_ok(K: int, group: int) -> Optional[str]:
@@ -76,10 +80,24 @@ def default_ct(K: int, N: int, sms: int, ks: int = KS_DEFAULT) -> int:
     return 1
 
 
+def span_slices(K: int) -> int:
+    """The span form's blocks along k (SPAN_UNITS units each)."""
+    return -(-units(K) // SPAN_UNITS)
+
+
+def span_nbx(K: int, N: int, sms: int, bps: int = SPAN_BPS[0]) -> int:
+    """The span form's blocks along N per k span: as many as fill one wave of `bps` blocks per SM over the k spans,
+    at most one per SPAN_COLS columns."""
+    if bps not in SPAN_BPS:
+        raise ValueError(f"blocks per SM {bps}: the span form takes {SPAN_BPS}")
+    return max(1, min(-(-N // SPAN_COLS), bps * sms // span_slices(K)))
+
+
 def emulate(words: torch.Tensor, x: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, K: int, group: int,
             ks: int = KS_DEFAULT) -> torch.Tensor:
     """The kernel's arithmetic on the CPU in float32 (x [K] -> y [N]): the table per quad, the lookups per nibble, the
-    sum of x per word, and the scale applied per group within each slice (per word for groups of 32 / 64 k)."""
+    sum of x per word, and the scale applied per group within each slice (per word for groups of 32 / 64 k). The span
+    form's is ks = UNIT: a lane's unit is its slice."""
     if group_ok(K, group):
         raise ValueError(group_ok(K, group))
     U, N, _ = words.shape

@@ -1,6 +1,7 @@
-"""GPU comparison of the lut decode variant's launch configurations (k per block x column tiles per block) beside the
-regs variant, u1 at M = 1 (native/NOTES.md section 33). Each configuration is checked against float64 first, then
-all are timed in alternating rounds with the harness's Timer (L2 flush, CUDA events).
+"""GPU comparison of the lut decode variants' launch configurations -- lut: k per block x column tiles per block;
+lutspan: blocks per SM -- beside the regs variant, u1 at M = 1 (native/NOTES.md sections 33 and 34). Each
+configuration is checked against float64 first, then all are timed in alternating rounds with the harness's Timer
+(L2 flush, CUDA events).
 
     python -m native.lut_tune [--points "8192,57344,128;28672,8192,128;8192,8192,128;8192,57344,-1"] [--samples 40]
 """
@@ -55,7 +56,7 @@ def main(argv=None) -> int:
     from kernels import Unavailable
     from kernels.lowbit.formats import dequantize_ref, random_quantized
     from native import lowbit
-    from native.lowbit_lut import CT_CHOICES, KS_CHOICES
+    from native.lowbit_lut import CT_CHOICES, KS_CHOICES, SPAN_BPS
     if not torch.cuda.is_available():
         print("native.lut_tune: no CUDA GPU visible", file=sys.stderr)
         return 2
@@ -70,18 +71,23 @@ def main(argv=None) -> int:
             print(f"native.lut_tune: {e}", file=sys.stderr)
             return 2
         fns = {"regs": regs}
-        print(f"K={K} N={N} g={g}: default ks {regs.lut_ks} ct {regs.lut_ct}", flush=True)
-        for ks, ct in itertools.product(KS_CHOICES, CT_CHOICES):
-            f = lowbit.LowbitMatmul(regs.pw, regs.mod, None, "lut")
-            f.lut_ks, f.lut_ct = ks, ct
+        print(f"K={K} N={N} g={g}: default ks {regs.lut_ks} ct {regs.lut_ct}, span {regs.span_bps} blocks/SM",
+              flush=True)
+        configs = [("lut", f"ks{ks}ct{ct}", dict(lut_ks=ks, lut_ct=ct))
+                   for ks, ct in itertools.product(KS_CHOICES, CT_CHOICES)]
+        configs += [("lutspan", f"span{b}", dict(span_bps=b)) for b in SPAN_BPS]
+        for variant, name, attrs in configs:
+            f = lowbit.LowbitMatmul(regs.pw, regs.mod, None, variant)
+            for k, v in attrs.items():
+                setattr(f, k, v)
             for _ in range(2):   # twice: the shared workspace must come back zeroed
                 y = f(x)
             e = float((y.double() - ref).norm() / ref.norm())
             ok = e < 2e-3 and bool(torch.isfinite(y).all())
             bad += not ok
-            print(f"  ks{ks} ct{ct} err {e:.2e} {'ok' if ok else 'FAIL'}", flush=True)
+            print(f"  {name} err {e:.2e} {'ok' if ok else 'FAIL'} | {f.chosen_config(1)}", flush=True)
             if ok:
-                fns[f"ks{ks}ct{ct}"] = f
+                fns[name] = f
         res = {k: [] for k in fns}
         for _ in range(a.rounds):
             for k, f in fns.items():

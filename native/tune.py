@@ -147,7 +147,7 @@ def _point(a, variants, prep, dt) -> int:
             dp = max(nb, base_grid // nb * nb)   # the data-parallel grid: no stream-K piece crosses an n-block
             grids = [(f"x{m}", base_grid * m) for m in a.mults or [1]] + [(f"={g}", g) for g in a.grids]
             grids += [(f"dp{dp}", dp)] if a.data_parallel else []
-            if lowbit.DECODE_VARIANTS.get(v) == lowbit.LUT:   # its grid follows from (K, N, ks, tiles), not grid=
+            if lowbit.DECODE_VARIANTS.get(v) in lowbit.LUT_VARIANTS:   # their grids follow from (K, N, ...), not grid=
                 grids = [("x1", None)]
             for label, grid in grids:
                 fn = prep(qw, v, grid=grid, pw=pw)
