@@ -151,16 +151,32 @@ void lowbit_lut(at::Tensor x, at::Tensor words, at::Tensor scales, at::Tensor ze
                 "lowbit_lut");
 }
 
-// its span form: nbx blocks along N per 4096 k
-void lowbit_lut_span(at::Tensor x, at::Tensor words, at::Tensor scales, at::Tensor zeros, at::Tensor y, at::Tensor ws,
-                     at::Tensor counters, int64_t group, int64_t nbx) {
-  const int64_t N = y.size(-1);
-  const int64_t K = check_lut(x, words, scales, zeros, y, ws, counters, group, nbx);
-  TORCH_CHECK(nbx >= 1 && nbx <= (N + 3) / 4, "lowbit_lut_span: nbx ", nbx, " outside 1 .. ", (N + 3) / 4);
-  check_lut_err(native_lowbit_lut_span(x.data_ptr(), words.data_ptr(), scales.data_ptr(), zeros.data_ptr(),
-                                       ws.data_ptr<float>(), reinterpret_cast<unsigned *>(counters.data_ptr<int32_t>()),
-                                       y.data_ptr(), (int)K, (int)N, (int)group, x.scalar_type() == at::kBFloat16,
-                                       (int)nbx, cur_stream()),
+// its span form (its own layout: native/lowbit_lut.py, span_pack): nbx blocks along N per 4096 k
+void lowbit_lut_span(at::Tensor x, at::Tensor words, at::Tensor sz, at::Tensor y, at::Tensor ws, at::Tensor counters,
+                     int64_t group, int64_t nbx) {
+  check_cuda_contig(x, "x");
+  check_cuda_contig(words, "words");
+  check_cuda_contig(sz, "scale / zero pairs");
+  check_cuda_contig(y, "y");
+  check_cuda_contig(ws, "workspace");
+  check_cuda_contig(counters, "counters");
+  TORCH_CHECK(x.dim() == 2 && x.size(0) == 1, "x: [1, K]");
+  TORCH_CHECK(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16, "x: f16 or bf16");
+  const int64_t K = x.size(1), N = y.size(-1), spans = ((K + 127) / 128 + 31) / 32, chunks = (N + 3) / 4;
+  const int64_t slots = group == 32 ? 4 : group == 64 ? 2 : 1;
+  TORCH_CHECK(y.numel() == N && y.scalar_type() == x.scalar_type(), "y: [1, N] in x's dtype");
+  TORCH_CHECK(native_lowbit_lut_ok((int)K, (int)group), "lowbit_lut_span: group ", group, " with K = ", K);
+  TORCH_CHECK(words.scalar_type() == at::kInt && words.numel() == spans * chunks * 4 * 32 * 4,
+              "words: int32 [spans, N / 4, 4, 32, 4]");
+  TORCH_CHECK(sz.scalar_type() == x.scalar_type() && sz.numel() == spans * chunks * 4 * 32 * slots * 2,
+              "scale / zero pairs: [spans, N / 4, 4, 32, ", slots, ", 2] in x's dtype");
+  TORCH_CHECK(ws.scalar_type() == at::kFloat && ws.numel() >= N, "workspace: >= N f32");
+  TORCH_CHECK(counters.scalar_type() == at::kInt && counters.numel() >= nbx, "counters: >= ", nbx, " int32");
+  TORCH_CHECK(nbx >= 1 && nbx <= chunks, "lowbit_lut_span: nbx ", nbx, " outside 1 .. ", chunks);
+  check_lut_err(native_lowbit_lut_span(x.data_ptr(), words.data_ptr(), sz.data_ptr(), ws.data_ptr<float>(),
+                                       reinterpret_cast<unsigned *>(counters.data_ptr<int32_t>()), y.data_ptr(),
+                                       (int)K, (int)N, (int)group, x.scalar_type() == at::kBFloat16, (int)nbx,
+                                       cur_stream()),
                 "lowbit_lut_span");
 }
 

@@ -113,6 +113,7 @@ class PackedWeight:
                               # kernel; the codes live on in `words` only, so a caller may free its own copy)
     act: torch.dtype
     lut: Optional[torch.Tensor] = None   # u1: the codes again in the lut variant's layout (native/lowbit_lut.py)
+    span: Optional[tuple] = None         # u1: (codes, (scale, zero point) pairs) in the lutspan variant's layout
 
     @property
     def decode_group_ok(self) -> bool:
@@ -134,7 +135,9 @@ def pack(qw) -> PackedWeight:
         stab, slots = torch.zeros(L.iters, dtype=torch.int32), 0
     meta = replace(qw, packed=torch.empty(0, dtype=qw.packed.dtype, device=dev))
     lut = LUT_LAYOUT.pack(codes) if LUT_LAYOUT.supports(qw) is None else None
-    return PackedWeight(rec, xsplit, L, words, LL.pack_scales(qw, L), stab.to(dev), slots, meta, qw.act_dtype, lut)
+    span = LUT_LAYOUT.span_pack(lut, qw.scales, qw.zeros, qw.K, qw.group_size) if lut is not None else None
+    return PackedWeight(rec, xsplit, L, words, LL.pack_scales(qw, L), stab.to(dev), slots, meta, qw.act_dtype, lut,
+                        span)
 
 
 # ----------------------------------------------------------------------------- device state
@@ -346,7 +349,7 @@ class LowbitMatmul:
         self._side = None
         self._grids: dict = {}
         self.lut_ks = LUT_LAYOUT.KS_DEFAULT   # k per block of the lut variant (LUT_LAYOUT.KS_CHOICES)
-        self.lut_ct = LUT_LAYOUT.default_ct(pw.L.K, pw.L.N, self.sms, self.lut_ks)   # its column tiles per block
+        self.lut_ct = LUT_LAYOUT.default_ct(pw.L.K, pw.L.N, self.sms, self.lut_ks, pw.qw.group_size)   # its tiles
         self.span_bps = LUT_LAYOUT.SPAN_BPS[0]   # blocks per SM of the lutspan variant (LUT_LAYOUT.SPAN_BPS)
 
     # -- decode ------------------------------------------------------------------------------
@@ -454,7 +457,7 @@ class LowbitMatmul:
         ws, cnt = _workspace(self.dev, L.N, cols)
         try:
             if v == LUTSPAN:
-                self.mod.lowbit_lut_span(x, pw.lut, pw.qw.scales, pw.qw.zeros, y, ws, cnt, pw.qw.group_size, cols)
+                self.mod.lowbit_lut_span(x, pw.span[0], pw.span[1], y, ws, cnt, pw.qw.group_size, cols)
             else:
                 self.mod.lowbit_lut(x, pw.lut, pw.qw.scales, pw.qw.zeros, y, ws, cnt, pw.qw.group_size, self.lut_ks,
                                     self.lut_ct)

@@ -70,9 +70,12 @@ def grid(K: int, N: int, ks: int = KS_DEFAULT, ct: int = 1) -> tuple[int, int]:
     return -(-N // (THREADS * ct)), -(-units(K) // (ks // UNIT))
 
 
-def default_ct(K: int, N: int, sms: int, ks: int = KS_DEFAULT) -> int:
+def default_ct(K: int, N: int, sms: int, ks: int = KS_DEFAULT, group: int = 128) -> int:
     """The most column tiles per block that still leave 4 blocks per SM (what the launch's occupancy needs to hide
-    the code loads), else 1."""
+    the code loads), else 1; 1 for groups of 32 / 64 k, whose scales per word double-buffered per tile cost more than
+    the table they share (H100, section 34: 64.7 against 83.3 us at 4 tiles, (8192, 57344) g32)."""
+    if group in (32, 64):
+        return 1
     for ct in sorted(CT_CHOICES, reverse=True):
         cols, slices = grid(K, N, ks, ct)
         if cols * slices >= 4 * sms:
@@ -93,16 +96,45 @@ def span_nbx(K: int, N: int, sms: int, bps: int = SPAN_BPS[0]) -> int:
     return max(1, min(-(-N // SPAN_COLS), bps * sms // span_slices(K)))
 
 
-def emulate(words: torch.Tensor, x: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, K: int, group: int,
-            ks: int = KS_DEFAULT) -> torch.Tensor:
-    """The kernel's arithmetic on the CPU in float32 (x [K] -> y [N]): the table per quad, the lookups per nibble, the
-    sum of x per word, and the scale applied per group within each slice (per word for groups of 32 / 64 k). The span
-    form's is ks = UNIT: a lane's unit is its slice."""
+def span_pack(words: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, K: int, group: int):
+    """The span form's layout from the lut layout's words [units, N, 4] and the [groups, N] scales and zero points:
+    (codes int32 [spans, N / 4, 4, 32, 4] -- span y, 4 columns c, column j of them, lane l = unit 32 y + l, word i --,
+    (scale, zero point) pairs [spans, N / 4, 4, 32, slots, 2] in the scales' dtype -- a slot per unit, per word for
+    groups of 32 k, per pair of words for 64 --), zero beyond K and N, so that a warp's loads are contiguous."""
     if group_ok(K, group):
         raise ValueError(group_ok(K, group))
     U, N, _ = words.shape
+    S, C = span_slices(K), -(-N // SPAN_COLS)
+    w = torch.zeros(S * SPAN_UNITS, C * SPAN_COLS, 4, dtype=words.dtype, device=words.device)
+    w[:U, :N] = words
+    w = w.view(S, SPAN_UNITS, C, SPAN_COLS, 4).permute(0, 2, 3, 1, 4).contiguous()
+    wpg = {32: 1, 64: 2}.get(group, 0)
+    if wpg:      # slot i of unit u: words 4u + wpg i .. (group (4u + wpg i) / wpg)
+        g = (4 * torch.arange(U).view(U, 1) + wpg * torch.arange(4 // wpg).view(1, -1)) // wpg
+    else:        # the unit's group (one per channel)
+        upg = U if group in (-1, K) else group // UNIT
+        g = (torch.arange(U) // upg).view(U, 1)
+    inside = g < scales.shape[0]          # words past K (groups of 32 / 64): no group, zero
+    g = g.clamp(max=scales.shape[0] - 1).to(scales.device)
+    sz = torch.stack([scales[g], zeros[g]], -1) * inside.to(scales.device).view(U, -1, 1, 1)   # [U, slots, N, 2]
+    out = torch.zeros(S * SPAN_UNITS, C * SPAN_COLS, sz.shape[1], 2, dtype=scales.dtype, device=scales.device)
+    out[:U, :N] = sz.permute(0, 2, 1, 3)
+    out = out.view(S, SPAN_UNITS, C, SPAN_COLS, -1, 2).permute(0, 2, 3, 1, 4, 5).contiguous()
+    return w, out
+
+
+def span_unpack(w: torch.Tensor, K: int, N: int) -> torch.Tensor:
+    """The inverse of span_pack's codes: the lut layout's words [units, N, 4]."""
+    S, C = w.shape[:2]
+    return w.permute(0, 3, 1, 2, 4).reshape(S * SPAN_UNITS, C * SPAN_COLS, 4)[:units(K), :N].contiguous()
+
+
+def _word_sums(words: torch.Tensor, x: torch.Tensor):
+    """(sum of x over the k whose code is 1, per code word and column [units * 4, N]; sum of x per word [units * 4]),
+    through the kernels' table of the 16 subset sums per quad of k, one lookup per nibble (float32)."""
+    U, N, _ = words.shape
     xf = torch.zeros(U * UNIT, dtype=torch.float32)
-    xf[:K] = x.float()
+    xf[:x.numel()] = x.float()
     quads = xf.view(-1, 4)
     e = torch.arange(16).view(16, 1)
     sel = ((e >> torch.arange(4).view(1, 4)) & 1).float()                # [16, 4]
@@ -110,8 +142,31 @@ def emulate(words: torch.Tensor, x: torch.Tensor, scales: torch.Tensor, zeros: t
     w = words.to(torch.int64).permute(0, 2, 1).reshape(U * 4, N) & 0xFFFFFFFF   # [words, N]
     nib = (w.unsqueeze(1) >> (4 * torch.arange(8).view(1, 8, 1))) & 15           # [words, 8, N]
     qidx = torch.arange(U * 32).view(U * 4, 8, 1).expand_as(nib)
-    word_sum = table[qidx, nib].sum(1)                                    # [words, N]
-    xw = xf.view(-1, 32).sum(1)                                           # [words]
+    return table[qidx, nib].sum(1), xf.view(-1, 32).sum(1)
+
+
+def span_emulate(w: torch.Tensor, sz: torch.Tensor, x: torch.Tensor, K: int, N: int) -> torch.Tensor:
+    """The span kernel's arithmetic on the CPU in float32 from its own layout (x [K] -> y [N]): per lane (unit) and
+    column, each (scale, zero point) slot's word sums less the zero point times the slot's sum of x, scaled."""
+    U = units(K)
+    word_sum, xw = _word_sums(span_unpack(w, K, N), x)                   # [U * 4, N], [U * 4]
+    S, C, _, _, slots, _ = sz.shape
+    pairs = sz.permute(0, 3, 1, 2, 4, 5).reshape(S * SPAN_UNITS, C * SPAN_COLS, slots, 2)[:U, :N].float()
+    per = 4 // slots                                                      # words per slot
+    t = word_sum.view(U, slots, per, N).sum(2)                            # [U, slots, N]
+    xs = xw.view(U, slots, per).sum(2).unsqueeze(-1)                      # [U, slots, 1]
+    s, z = pairs[..., 0].permute(0, 2, 1), pairs[..., 1].permute(0, 2, 1)  # [U, slots, N]
+    return (s * (t - z * xs)).sum((0, 1))
+
+
+def emulate(words: torch.Tensor, x: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, K: int, group: int,
+            ks: int = KS_DEFAULT) -> torch.Tensor:
+    """The kernel's arithmetic on the CPU in float32 (x [K] -> y [N]): the table per quad, the lookups per nibble, the
+    sum of x per word, and the scale applied per group within each slice (per word for groups of 32 / 64 k)."""
+    if group_ok(K, group):
+        raise ValueError(group_ok(K, group))
+    U, N, _ = words.shape
+    word_sum, xw = _word_sums(words, x)
     s, z = scales.float(), zeros.float()
     y = torch.zeros(N, dtype=torch.float32)
     if group in (32, 64):

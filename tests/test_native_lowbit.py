@@ -742,6 +742,17 @@ def test_lut_layout_round_trip_and_arithmetic_against_float64(K, N, g, ks):
     tiles, slices = LUT.grid(K, N, ks)
     assert tiles == -(-N // 256) and slices == -(-(-(-K // 128)) // (ks // 128))
     assert LUT.grid(K, N, ks, 4)[0] == -(-tiles // 4) and LUT.grid(K, N, ks, 4)[1] == slices
+    # the span form's layout: codes and (scale, zero point) pairs blocked per 4 columns x 32 units, zero beyond K
+    # and N; its arithmetic (a slot per unit, per word at g32, per pair at g64) from that layout meets float64
+    w, sz = LUT.span_pack(words, qw.scales, qw.zeros, K, g)
+    S, C, slots = -(-(-(-K // 128)) // 32), -(-N // 4), {32: 4, 64: 2}.get(g, 1)
+    assert tuple(w.shape) == (S, C, 4, 32, 4) and tuple(sz.shape) == (S, C, 4, 32, slots, 2)
+    assert torch.equal(LUT.span_unpack(w, K, N), words)
+    assert int(w[S - 1, C - 1, 3, 31].abs().sum()) == 0 or (N % 4 == 0 and -(-K // 128) == 32 * S)
+    assert float(sz[0, 0, 0, 0, 0, 0]) == float(qw.scales[0, 0]) and float(sz[0, 0, 0, 0, 0, 1]) == float(qw.zeros[0, 0])
+    ys = LUT.span_emulate(w, sz, x, K, N)
+    assert float((ys.double() - ref).norm() / ref.norm()) < 1e-5
+    assert LUT.span_slices(K) == S and 1 <= LUT.span_nbx(K, N, 132) <= C
 
 
 def test_lut_column_tiles_per_block_leave_four_blocks_per_sm():
@@ -751,10 +762,25 @@ def test_lut_column_tiles_per_block_leave_four_blocks_per_sm():
     assert LUT.default_ct(28672, 8192, 132) == 4        # 8 x 112
     assert LUT.default_ct(8192, 8192, 132) == 1         # 32 x 32 (2 tiles: 512 blocks, under 4 per SM)
     assert LUT.default_ct(8192, 57344, 132, 512) == 4 and LUT.default_ct(28672, 8192, 132, 512) == 2
+    assert LUT.default_ct(8192, 57344, 132, group=32) == 1 and LUT.default_ct(8192, 57344, 132, group=64) == 1
     for K, N in [(8192, 57344), (28672, 8192), (5120, 27648), (1000, 300)]:
         ct = LUT.default_ct(K, N, 132)
         assert ct in LUT.CT_CHOICES
         assert ct == 1 or LUT.grid(K, N, LUT.KS_DEFAULT, ct)[0] * LUT.grid(K, N)[1] >= 4 * 132
+
+
+def test_lutspan_grid_fills_one_wave_of_its_blocks_per_sm():
+    """span_nbx: bps blocks per SM over all the k spans (floor: no block left for a second wave), at most one block per
+    4 columns, at least one; blocks per SM outside SPAN_BPS refused."""
+    import native.lowbit_lut as LUT
+    assert LUT.SPAN_BPS[0] == 3
+    assert (LUT.span_slices(8192), LUT.span_nbx(8192, 57344, 132)) == (2, 198)     # 396 = 3 x 132 blocks
+    assert (LUT.span_slices(28672), LUT.span_nbx(28672, 8192, 132)) == (7, 56)     # 392 <= 396
+    assert LUT.span_nbx(8192, 57344, 132, 1) == 66
+    assert LUT.span_nbx(1024, 8, 132) == 2                                        # 2 column chunks of 4
+    assert LUT.span_nbx(600000, 4096, 4, 1) == 1                                  # more spans than slots
+    with pytest.raises(ValueError):
+        LUT.span_nbx(8192, 8192, 132, 4)
 
 
 def test_lut_supports_u1_and_its_group_sizes_only():
@@ -781,13 +807,15 @@ def test_lut_variant_is_u1_at_one_tile_and_not_instrumented():
     the module-level candidates (those with an instrumented build) leave it out."""
     for fmt, g, want in [("u1", 128, 6), ("u1", -1, 6), ("u1", 96, 0), ("u2", 128, 0)]:
         pw = lowbit.pack(random_quantized(1152 if g == 96 else 1024, 64, fmt, g))
-        assert (pw.lut is not None) == (want == 6)
-        assert lowbit.variant_for(pw, "lut", 1) == want
-        assert lowbit.variant_for(pw, "lut", 2) == 0
-        assert lowbit.LUT not in lowbit.decode_candidates(pw, 1)
-        if want:
-            with pytest.raises(Unsupported):
-                lowbit.variant_for(pw, "lut", 1, prof=True)
+        assert (pw.lut is not None) == (want == 6) == (pw.span is not None)
+        for name in ("lut", "lutspan"):
+            num = lowbit.DECODE_VARIANTS[name] if want else 0
+            assert lowbit.variant_for(pw, name, 1) == num
+            assert lowbit.variant_for(pw, name, 2) == 0
+            assert lowbit.DECODE_VARIANTS[name] not in lowbit.decode_candidates(pw, 1)
+            if want:
+                with pytest.raises(Unsupported):
+                    lowbit.variant_for(pw, name, 1, prof=True)
 
 
 @pytest.mark.parametrize("argv,msg", [(["--points", "8192,57344"], "expected K,N,GROUP"),

@@ -19,7 +19,7 @@ int native_calibrate(uint64_t spin_cycles, int blocks, int threads, unsigned lon
 int native_lowbit_lut_ok(int K, int group);
 int native_lowbit_lut(const void *x, const void *words, const void *s, const void *z, float *ws, unsigned *cnt,
                       void *y, int K, int N, int group, int bf16, int ks, int ct, void *stream);
-// its span form (a lane per 128 k, a block per 4096 k and a contiguous range of columns; the same layout and groups):
-// nbx blocks along N (1 .. N / 4) per 4096 k.
-int native_lowbit_lut_span(const void *x, const void *words, const void *s, const void *z, float *ws, unsigned *cnt,
-                           void *y, int K, int N, int group, int bf16, int nbx, void *stream);
+// its span form (a lane per 128 k, a block per 4096 k and a contiguous range of columns; its own layout, the same
+// groups): nbx blocks along N (1 .. N / 4) per 4096 k; sz: (scale, zero point) pairs (native/lowbit_lut.py, span_pack).
+int native_lowbit_lut_span(const void *x, const void *words, const void *sz, float *ws, unsigned *cnt, void *y, int K,
+                           int N, int group, int bf16, int nbx, void *stream);

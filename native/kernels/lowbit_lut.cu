@@ -199,15 +199,20 @@ int launch(const void *x, const void *words, const void *s, const void *z, float
 }
 
 // ---- the span form: a lane per unit of 128 k, a block spanning 32 units (4096 k) (native/NOTES.md section 34) ----
-// Lane l owns unit u0 + l of every column its warp visits, so each lane looks up tables of its own k only: the tables
-// of the block's 32 units sit lane-interleaved (entry row r of lane l at byte 128 r + 4 l), every lane in its own bank
-// whatever entry it selects, and a lane's 32 lookups per column are one unit, one scale group: no per-word sums, one
-// scale and zero point per column and unit. A warp takes 4 columns at a time (64 contiguous bytes per lane), sums
-// each over its 32 lanes, and adds the 4 results into the workspace; the block's columns are a contiguous range.
-// Table rows (128 B each: a f32 per lane; 512 rows, 64 KB per block): chunk c = 8 i + 2 b + h of the unit (k 4c..4c+3: word i, byte b,
-// nibble h) with p = 4 i + b has its entry e at row 32 p + 2 e (h = 0) or 2 p + 1 + 32 e (h = 1) -- even rows and
-// odd rows, each once -- so a byte moved to bits 8..15 gives both offsets by one mask each: (vb & 0xF00) = 256 e and
-// (vb & 0xF000) = 4096 e bytes; three shifts per word, one LOP3 (mask, OR the lane's 4 l) per 4 weights.
+// Lane l owns unit 32 y + l (y: the block's k span) of every column its warp visits, so each lane looks up tables of
+// its own k only: the tables of the block's 32 units sit lane-interleaved (entry row r of lane l at byte 128 r + 4 l),
+// every lane in its own bank whatever entry it selects, and a lane's 32 lookups per column are one unit, one scale
+// group: no per-word sums, one scale and zero point per column and unit. A warp takes 4 columns at a time, sums each
+// over its 32 lanes and adds the 4 results into the workspace; a block's columns are a contiguous range.
+// Its own layout (native/lowbit_lut.py, span_pack), so that a warp's loads are contiguous: codes int32
+// [spans, N / 4, 4, 32, 4] (span y, 4 columns, column j, lane l = unit 32 y + l, word i) and (scale, zero point)
+// pairs [spans, N / 4, 4, 32, slots, 2] in x's dtype (a slot per unit, per word for groups of 32 k, per pair of words
+// for 64), zero beyond K and N.
+// Table rows (128 B each: a f32 per lane; 512 rows, 64 KB per block): chunk c = 8 i + 2 b + h of the unit (k 4c..4c+3:
+// word i, byte b, nibble h) with p = 4 i + b has its entry e at row 32 p + 2 e (h = 0) or 2 p + 1 + 32 e (h = 1) --
+// even rows and odd rows, each once -- so a byte moved to bits 8..15 gives both offsets by one mask each:
+// (vb & 0xF00) = 256 e and (vb & 0xF000) = 4096 e bytes; three shifts per word, one LOP3 (mask, OR the lane's 4 l)
+// per 4 weights.
 constexpr int SPAN_THREADS = 256, SPAN_UNITS = 32, SPAN_COLS = 4;
 constexpr int SPAN_SMEM = SPAN_UNITS * 16 * 32 * 4;   // 32 chunks x 16 entries x 32 lanes x f32 = 64 KB
 
@@ -232,53 +237,59 @@ __device__ __forceinline__ float span_word(const char *tb, unsigned v, unsigned 
   return a0 + a1;
 }
 
-// WPG: 1 or 2 -- groups of 32 or 64 k (a scale per word or per pair of words); 0 -- groups of whole units (upg
-// units each; per channel: upg = units).
+// NS (scale, zero point) pairs of x's dtype, loaded as NS 32-bit words
+template <int NS>
+__device__ __forceinline__ void span_ld_sz(const unsigned *p, unsigned (&r)[NS]) {
+  if constexpr (NS == 4) {
+    const uint4 q = __ldg(reinterpret_cast<const uint4 *>(p));
+    r[0] = q.x; r[1] = q.y; r[2] = q.z; r[3] = q.w;
+  } else if constexpr (NS == 2) {
+    const uint2 q = __ldg(reinterpret_cast<const uint2 *>(p));
+    r[0] = q.x; r[1] = q.y;
+  } else {
+    r[0] = __ldg(p);
+  }
+}
+__device__ __forceinline__ float2 span_pair(unsigned r, const __half *) {
+  return __half22float2(*reinterpret_cast<const __half2 *>(&r));
+}
+__device__ __forceinline__ float2 span_pair(unsigned r, const __nv_bfloat16 *) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&r));
+}
+
+// WPG: 1 or 2 -- groups of 32 or 64 k (a (scale, zero) slot per word or per pair of words); 0 -- groups of whole
+// units (one slot per unit).
 template <typename T, int WPG>
 __global__ void __launch_bounds__(SPAN_THREADS, 3) lowbit_lut_span_kernel(
-    const T *__restrict__ x, const uint4 *__restrict__ words, const T *__restrict__ s, const T *__restrict__ z,
-    float *__restrict__ ws, unsigned *__restrict__ cnt, T *__restrict__ y, int K, int N, int units, int upg) {
-  constexpr int NS = WPG ? 4 / WPG : 1;   // scale slots per unit
+    const T *__restrict__ x, const uint4 *__restrict__ words, const unsigned *__restrict__ sz,
+    float *__restrict__ ws, unsigned *__restrict__ cnt, T *__restrict__ y, int K, int N) {
+  constexpr int NS = WPG ? 4 / WPG : 1;   // (scale, zero point) slots per unit
   extern __shared__ __align__(16) float tab[];
   const char *tb = reinterpret_cast<const char *>(tab);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const unsigned lane4 = 4u * lane;
   const int u = blockIdx.y * SPAN_UNITS + lane;
-  const bool on = u < units;
   const int chunks = (N + SPAN_COLS - 1) / SPAN_COLS;
   const int c0 = (int)((long long)blockIdx.x * chunks / gridDim.x);
   const int c1 = (int)((long long)(blockIdx.x + 1) * chunks / gridDim.x);
-  int gidx[NS];
+  // (chunk c, column j): its codes at words[cell], its slots at sz[cell * NS ..]
+  const size_t span0 = (size_t)blockIdx.y * chunks * SPAN_COLS * 32 + lane;
+  auto load = [&](int c, uint4 (&w)[SPAN_COLS], unsigned (&r)[SPAN_COLS][NS]) {
 #pragma unroll
-  for (int i = 0; i < NS; i++) {
-    if (WPG) {
-      const int w = 4 * u + i * WPG;   // the slot's first word
-      gidx[i] = on && 32 * w < K ? w / (WPG ? WPG : 1) : -1;
-    } else {
-      gidx[i] = on ? u / upg : -1;
+    for (int j = 0; j < SPAN_COLS; j++) {
+      const size_t cell = span0 + (size_t)(SPAN_COLS * c + j) * 32;
+      w[j] = __ldg(words + cell);
+      span_ld_sz<NS>(sz + cell * NS, r[j]);
     }
-  }
-  // a chunk's codes (4 columns x the lane's unit); a column's scale and zero point of slot i
-  auto load_codes = [&](int c, uint4 (&w)[SPAN_COLS]) {
-#pragma unroll
-    for (int j = 0; j < SPAN_COLS; j++)
-      w[j] = on ? __ldg(words + (size_t)u * N + min(SPAN_COLS * c + j, N - 1)) : make_uint4(0, 0, 0, 0);
-  };
-  auto scale = [&](const T *p, int c, int j, int i) {
-    return gidx[i] >= 0 ? ld(p, (size_t)gidx[i] * N + min(SPAN_COLS * c + j, N - 1)) : 0.f;
   };
   int c = c0 + warp;
   uint4 w[SPAN_COLS];
-  float sc[SPAN_COLS], zz[SPAN_COLS];   // whole-unit groups: prefetched with the codes
-  if (c < c1) {   // in flight while the tables are built
-    load_codes(c, w);
-#pragma unroll
-    for (int j = 0; j < SPAN_COLS; j++) if (!WPG) { sc[j] = scale(s, c, j, 0); zz[j] = scale(z, c, j, 0); }
-  }
+  unsigned r[SPAN_COLS][NS];
+  if (c < c1) load(c, w, r);   // in flight while the tables are built
   // the tables: warp wp builds chunks wp, wp + 8, wp + 16, wp + 24 of every lane's unit (a lane its own unit's)
 #pragma unroll
-  for (int r = 0; r < SPAN_UNITS / 8; r++) {
-    const int ch = warp + 8 * r, k = 128 * u + 4 * ch;
+  for (int q = 0; q < SPAN_UNITS / 8; q++) {
+    const int ch = warp + 8 * q, k = 128 * u + 4 * ch;
     float a[4];
 #pragma unroll
     for (int b = 0; b < 4; b++) a[b] = k + b < K ? ld(x, (size_t)k + b) : 0.f;
@@ -303,30 +314,22 @@ __global__ void __launch_bounds__(SPAN_THREADS, 3) lowbit_lut_span_kernel(
   }
   for (; c < c1; c += SPAN_THREADS / 32) {
     uint4 wn[SPAN_COLS];
-    float sn[SPAN_COLS], zn[SPAN_COLS];
-    const int cn = c + SPAN_THREADS / 32;
-    const bool more = cn < c1;
-    if (more) {   // the next columns' codes while these are summed
-      load_codes(cn, wn);
-#pragma unroll
-      for (int j = 0; j < SPAN_COLS; j++) if (!WPG) { sn[j] = scale(s, cn, j, 0); zn[j] = scale(z, cn, j, 0); }
-    }
+    unsigned rn[SPAN_COLS][NS];
+    const bool more = c + SPAN_THREADS / 32 < c1;
+    if (more) load(c + SPAN_THREADS / 32, wn, rn);   // the next columns' codes while these are summed
     float acc[SPAN_COLS];
 #pragma unroll
     for (int j = 0; j < SPAN_COLS; j++) {
       const float t[4] = {span_word<0>(tb, w[j].x, lane4), span_word<1>(tb, w[j].y, lane4),
                           span_word<2>(tb, w[j].z, lane4), span_word<3>(tb, w[j].w, lane4)};
-      if (WPG) {   // groups of 32 / 64 k: a scale per slot of WPG words, loaded here
-        float a = 0.f;
+      float a = 0.f;
 #pragma unroll
-        for (int i = 0; i < NS; i++) {
-          const float ti = WPG == 1 ? t[i] : t[2 * i] + t[2 * i + 1];
-          a = fmaf(scale(s, c, j, i), ti - scale(z, c, j, i) * xs[i], a);
-        }
-        acc[j] = a;
-      } else {
-        acc[j] = sc[j] * (((t[0] + t[1]) + (t[2] + t[3])) - zz[j] * xs[0]);
+      for (int i = 0; i < NS; i++) {   // slot i: its words' sum, less the zero point times their sum of x, scaled
+        const float ti = WPG == 1 ? t[i] : WPG == 2 ? t[2 * i] + t[2 * i + 1] : (t[0] + t[1]) + (t[2] + t[3]);
+        const float2 q = span_pair(r[j][i], x);
+        a = fmaf(q.x, ti - q.y * xs[i], a);
       }
+      acc[j] = a;
     }
     // the 4 columns' sums over the 32 lanes: lane 8 j ends with column j's
     const bool hi = lane & 16, h8 = lane & 8;
@@ -347,8 +350,8 @@ __global__ void __launch_bounds__(SPAN_THREADS, 3) lowbit_lut_span_kernel(
 #pragma unroll
       for (int j = 0; j < SPAN_COLS; j++) {
         w[j] = wn[j];
-        sc[j] = sn[j];
-        zz[j] = zn[j];
+#pragma unroll
+        for (int i = 0; i < NS; i++) r[j][i] = rn[j][i];
       }
     }
   }
@@ -366,29 +369,28 @@ __global__ void __launch_bounds__(SPAN_THREADS, 3) lowbit_lut_span_kernel(
 }
 
 template <typename T, int WPG>
-int launch_span_g(const T *x, const uint4 *w, const T *s, const T *z, float *ws, unsigned *cnt, T *y, int K, int N,
-                  int units, int upg, int nbx, cudaStream_t st) {
+int launch_span_g(const T *x, const uint4 *w, const unsigned *sz, float *ws, unsigned *cnt, T *y, int K, int N, int nbx,
+                  cudaStream_t st) {
   // 64 KB of dynamic shared memory, above the default 48 KB (an attribute of the current device's function)
   const cudaError_t e = cudaFuncSetAttribute(lowbit_lut_span_kernel<T, WPG>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, SPAN_SMEM);
   if (e != cudaSuccess) return (int)e;
-  const dim3 grid(nbx, (units + SPAN_UNITS - 1) / SPAN_UNITS);
-  lowbit_lut_span_kernel<T, WPG><<<grid, SPAN_THREADS, SPAN_SMEM, st>>>(x, w, s, z, ws, cnt, y, K, N, units, upg);
+  const dim3 grid(nbx, ((K + 127) / 128 + SPAN_UNITS - 1) / SPAN_UNITS);
+  lowbit_lut_span_kernel<T, WPG><<<grid, SPAN_THREADS, SPAN_SMEM, st>>>(x, w, sz, ws, cnt, y, K, N);
   return (int)cudaGetLastError();
 }
 
 template <typename T>
-int launch_span(const void *x, const void *words, const void *s, const void *z, float *ws, unsigned *cnt, void *y,
-                int K, int N, int group, int nbx, void *stream) {
-  const int units = (K + 127) / 128;
+int launch_span(const void *x, const void *words, const void *sz, float *ws, unsigned *cnt, void *y, int K, int N,
+                int group, int nbx, void *stream) {
   const auto st = static_cast<cudaStream_t>(stream);
-  const T *xt = static_cast<const T *>(x), *sct = static_cast<const T *>(s), *zt = static_cast<const T *>(z);
+  const T *xt = static_cast<const T *>(x);
   const uint4 *wt = static_cast<const uint4 *>(words);
+  const unsigned *szt = static_cast<const unsigned *>(sz);
   T *yt = static_cast<T *>(y);
-  if (group == 32) return launch_span_g<T, 1>(xt, wt, sct, zt, ws, cnt, yt, K, N, units, 0, nbx, st);
-  if (group == 64) return launch_span_g<T, 2>(xt, wt, sct, zt, ws, cnt, yt, K, N, units, 0, nbx, st);
-  const int upg = (group == -1 || group == K) ? units : group / 128;
-  return launch_span_g<T, 0>(xt, wt, sct, zt, ws, cnt, yt, K, N, units, upg, nbx, st);
+  if (group == 32) return launch_span_g<T, 1>(xt, wt, szt, ws, cnt, yt, K, N, nbx, st);
+  if (group == 64) return launch_span_g<T, 2>(xt, wt, szt, ws, cnt, yt, K, N, nbx, st);
+  return launch_span_g<T, 0>(xt, wt, szt, ws, cnt, yt, K, N, nbx, st);
 }
 }  // namespace
 
@@ -409,10 +411,10 @@ int native_lowbit_lut(const void *x, const void *words, const void *s, const voi
 }
 
 
-int native_lowbit_lut_span(const void *x, const void *words, const void *s, const void *z, float *ws, unsigned *cnt,
-                           void *y, int K, int N, int group, int bf16, int nbx, void *stream) {
+int native_lowbit_lut_span(const void *x, const void *words, const void *sz, float *ws, unsigned *cnt, void *y, int K,
+                           int N, int group, int bf16, int nbx, void *stream) {
   if (!native_lowbit_lut_ok(K, group) || (group > 0 && group != K && K % group)) return -1;
   if (nbx < 1 || nbx > (N + SPAN_COLS - 1) / SPAN_COLS) return -2;
-  return bf16 ? launch_span<__nv_bfloat16>(x, words, s, z, ws, cnt, y, K, N, group, nbx, stream)
-              : launch_span<__half>(x, words, s, z, ws, cnt, y, K, N, group, nbx, stream);
+  return bf16 ? launch_span<__nv_bfloat16>(x, words, sz, ws, cnt, y, K, N, group, nbx, stream)
+              : launch_span<__half>(x, words, sz, ws, cnt, y, K, N, group, nbx, stream);
 }
