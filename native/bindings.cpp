@@ -151,9 +151,9 @@ void lowbit_lut(at::Tensor x, at::Tensor words, at::Tensor scales, at::Tensor ze
                 "lowbit_lut");
 }
 
-// its span form (its own layout: native/lowbit_lut.py, span_pack): nbx blocks along N per 4096 k
+// its span form (its own layout: native/lowbit_lut.py, span_pack): nbx blocks of `threads` along N per 4096 k
 void lowbit_lut_span(at::Tensor x, at::Tensor words, at::Tensor sz, at::Tensor y, at::Tensor ws, at::Tensor counters,
-                     int64_t group, int64_t nbx) {
+                     int64_t group, int64_t nbx, int64_t threads) {
   check_cuda_contig(x, "x");
   check_cuda_contig(words, "words");
   check_cuda_contig(sz, "scale / zero pairs");
@@ -173,10 +173,11 @@ void lowbit_lut_span(at::Tensor x, at::Tensor words, at::Tensor sz, at::Tensor y
   TORCH_CHECK(ws.scalar_type() == at::kFloat && ws.numel() >= N, "workspace: >= N f32");
   TORCH_CHECK(counters.scalar_type() == at::kInt && counters.numel() >= nbx, "counters: >= ", nbx, " int32");
   TORCH_CHECK(nbx >= 1 && nbx <= chunks, "lowbit_lut_span: nbx ", nbx, " outside 1 .. ", chunks);
+  TORCH_CHECK(threads == 256 || threads == 512, "lowbit_lut_span: threads ", threads, ": 256 or 512");
   check_lut_err(native_lowbit_lut_span(x.data_ptr(), words.data_ptr(), sz.data_ptr(), ws.data_ptr<float>(),
                                        reinterpret_cast<unsigned *>(counters.data_ptr<int32_t>()), y.data_ptr(),
                                        (int)K, (int)N, (int)group, x.scalar_type() == at::kBFloat16, (int)nbx,
-                                       cur_stream()),
+                                       (int)threads, cur_stream()),
                 "lowbit_lut_span");
 }
 

@@ -350,7 +350,7 @@ class LowbitMatmul:
         self._grids: dict = {}
         self.lut_ks = LUT_LAYOUT.KS_DEFAULT   # k per block of the lut variant (LUT_LAYOUT.KS_CHOICES)
         self.lut_ct = LUT_LAYOUT.default_ct(pw.L.K, pw.L.N, self.sms, self.lut_ks, pw.qw.group_size)   # its tiles
-        self.span_bps = LUT_LAYOUT.SPAN_BPS[0]   # blocks per SM of the lutspan variant (LUT_LAYOUT.SPAN_BPS)
+        self.span_cfg = LUT_LAYOUT.SPAN_CONFIGS[0]   # lutspan's (threads per block, blocks per SM)
 
     # -- decode ------------------------------------------------------------------------------
     def decode_ok(self, M: int) -> bool:
@@ -381,7 +381,7 @@ class LowbitMatmul:
         mt = _mt(pw, M)
         regs = self._regs_grid(M) if REGS in decode_candidates(pw, mt) else 0
         return (self.dev.index, pw.rec.name, pw.xsplit, mt, L.K, L.N, pw.qw.group_size, self.grid, regs,
-                self._launchable(M, LUT) and (self.lut_ks, self.lut_ct, self.span_bps))
+                self._launchable(M, LUT) and (self.lut_ks, self.lut_ct, self.span_cfg))
 
     def decode_candidates(self, M: int) -> list:
         """decode_candidates(pw, tiles) that launch at M rows, and the lut variants where they do (u1, M = 1)."""
@@ -457,7 +457,8 @@ class LowbitMatmul:
         ws, cnt = _workspace(self.dev, L.N, cols)
         try:
             if v == LUTSPAN:
-                self.mod.lowbit_lut_span(x, pw.span[0], pw.span[1], y, ws, cnt, pw.qw.group_size, cols)
+                self.mod.lowbit_lut_span(x, pw.span[0], pw.span[1], y, ws, cnt, pw.qw.group_size, cols,
+                                         self.span_cfg[0])
             else:
                 self.mod.lowbit_lut(x, pw.lut, pw.qw.scales, pw.qw.zeros, y, ws, cnt, pw.qw.group_size, self.lut_ks,
                                     self.lut_ct)
@@ -470,7 +471,7 @@ class LowbitMatmul:
         """A lut variant's launch: (blocks along N, k slices)."""
         K, N = self.pw.L.K, self.pw.L.N
         if v == LUTSPAN:
-            return LUT_LAYOUT.span_nbx(K, N, self.sms, self.span_bps), LUT_LAYOUT.span_slices(K)
+            return LUT_LAYOUT.span_nbx(K, N, self.sms, self.span_cfg[1]), LUT_LAYOUT.span_slices(K)
         return LUT_LAYOUT.grid(K, N, self.lut_ks, self.lut_ct)
 
     def grid_for(self, M: int, prof: int = 0) -> int:
@@ -638,9 +639,10 @@ class LowbitMatmul:
             if v in LUT_VARIANTS:
                 cols, slices = self._lut_grid(v)
                 if v == LUTSPAN:
-                    return (f"native decode{vname} {pw.rec.name} span {self.span_bps} blocks/SM grid{cols * slices} "
-                            f"({cols} column ranges x {slices} spans of 4096 k, a lane per 128 k) | one table lookup "
-                            f"per 4 weights")
+                    th, bps = self.span_cfg
+                    return (f"native decode{vname} {pw.rec.name} span {th} threads x {bps} blocks/SM grid"
+                            f"{cols * slices} ({cols} column ranges x {slices} spans of 4096 k, a lane per 128 k) | "
+                            f"one table lookup per 4 weights")
                 return (f"native decode{vname} {pw.rec.name} ks{self.lut_ks} ct{self.lut_ct} grid{cols * slices} "
                         f"({cols} x {self.lut_ct} column tiles x {slices} k slices) | one table lookup per 4 weights")
             grid = self._grids.get(M) or self.grid_for(M)

@@ -25,7 +25,9 @@ THREADS = 256              # columns per tile (a lane per column)
 # the span form (the `lutspan` variant, native/NOTES.md section 34): a lane per unit, a block per SPAN_UNITS units
 SPAN_UNITS = 32            # units (of 128 k) per block: 4096 k, a lane each
 SPAN_COLS = 4              # columns a warp sums at a time (64 contiguous bytes of codes per lane)
-SPAN_BPS = (3, 2, 1)       # blocks per SM it can be given (64 KB of tables each: 3 fit); the first is the default
+SPAN_CONFIGS = ((256, 3), (512, 2), (256, 2), (512, 1), (256, 1))   # (threads per block, blocks per SM) it launches
+                           # with (64 KB of tables a block: 3 fit an SM; 512 threads at 64 registers: 2); the first is
+                           # the default
 
 
 def group_ok(K: int, group: int) -> Optional[str]:
@@ -88,11 +90,11 @@ def span_slices(K: int) -> int:
     return -(-units(K) // SPAN_UNITS)
 
 
-def span_nbx(K: int, N: int, sms: int, bps: int = SPAN_BPS[0]) -> int:
+def span_nbx(K: int, N: int, sms: int, bps: int = SPAN_CONFIGS[0][1]) -> int:
     """The span form's blocks along N per k span: as many as fill one wave of `bps` blocks per SM over the k spans,
     at most one per SPAN_COLS columns."""
-    if bps not in SPAN_BPS:
-        raise ValueError(f"blocks per SM {bps}: the span form takes {SPAN_BPS}")
+    if bps not in {b for _, b in SPAN_CONFIGS}:
+        raise ValueError(f"blocks per SM {bps}: the span form takes {sorted({b for _, b in SPAN_CONFIGS})}")
     return max(1, min(-(-N // SPAN_COLS), bps * sms // span_slices(K)))
 
 

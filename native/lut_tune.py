@@ -1,5 +1,5 @@
 """GPU comparison of the lut decode variants' launch configurations -- lut: k per block x column tiles per block;
-lutspan: blocks per SM -- beside the regs variant, u1 at M = 1 (native/NOTES.md sections 33 and 34). Each
+lutspan: threads per block x blocks per SM -- beside the regs variant, u1 at M = 1 (native/NOTES.md sections 33 and 34). Each
 configuration is checked against float64 first, then all are timed in alternating rounds with the harness's Timer
 (L2 flush, CUDA events).
 
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     from kernels import Unavailable
     from kernels.lowbit.formats import dequantize_ref, random_quantized
     from native import lowbit
-    from native.lowbit_lut import CT_CHOICES, KS_CHOICES, SPAN_BPS
+    from native.lowbit_lut import CT_CHOICES, KS_CHOICES, SPAN_CONFIGS
     if not torch.cuda.is_available():
         print("native.lut_tune: no CUDA GPU visible", file=sys.stderr)
         return 2
@@ -71,11 +71,10 @@ def main(argv=None) -> int:
             print(f"native.lut_tune: {e}", file=sys.stderr)
             return 2
         fns = {"regs": regs}
-        print(f"K={K} N={N} g={g}: default ks {regs.lut_ks} ct {regs.lut_ct}, span {regs.span_bps} blocks/SM",
-              flush=True)
+        print(f"K={K} N={N} g={g}: default ks {regs.lut_ks} ct {regs.lut_ct}, span {regs.span_cfg}", flush=True)
         configs = [("lut", f"ks{ks}ct{ct}", dict(lut_ks=ks, lut_ct=ct))
                    for ks, ct in itertools.product(KS_CHOICES, CT_CHOICES)]
-        configs += [("lutspan", f"span{b}", dict(span_bps=b)) for b in SPAN_BPS]
+        configs += [("lutspan", f"span{th}x{b}", dict(span_cfg=(th, b))) for th, b in SPAN_CONFIGS]
         for variant, name, attrs in configs:
             f = lowbit.LowbitMatmul(regs.pw, regs.mod, None, variant)
             for k, v in attrs.items():

@@ -20,6 +20,7 @@ int native_lowbit_lut_ok(int K, int group);
 int native_lowbit_lut(const void *x, const void *words, const void *s, const void *z, float *ws, unsigned *cnt,
                       void *y, int K, int N, int group, int bf16, int ks, int ct, void *stream);
 // its span form (a lane per 128 k, a block per 4096 k and a contiguous range of columns; its own layout, the same
-// groups): nbx blocks along N (1 .. N / 4) per 4096 k; sz: (scale, zero point) pairs (native/lowbit_lut.py, span_pack).
+// groups): nbx blocks of `threads` (256 or 512) along N (1 .. N / 4) per 4096 k; sz: (scale, zero point) pairs
+// (native/lowbit_lut.py, span_pack).
 int native_lowbit_lut_span(const void *x, const void *words, const void *sz, float *ws, unsigned *cnt, void *y, int K,
-                           int N, int group, int bf16, int nbx, void *stream);
+                           int N, int group, int bf16, int nbx, int threads, void *stream);

@@ -213,7 +213,7 @@ int launch(const void *x, const void *words, const void *s, const void *z, float
 // even rows and odd rows, each once -- so a byte moved to bits 8..15 gives both offsets by one mask each:
 // (vb & 0xF00) = 256 e and (vb & 0xF000) = 4096 e bytes; three shifts per word, one LOP3 (mask, OR the lane's 4 l)
 // per 4 weights.
-constexpr int SPAN_THREADS = 256, SPAN_UNITS = 32, SPAN_COLS = 4;
+constexpr int SPAN_UNITS = 32, SPAN_COLS = 4;
 constexpr int SPAN_SMEM = SPAN_UNITS * 16 * 32 * 4;   // 32 chunks x 16 entries x 32 lanes x f32 = 64 KB
 
 __device__ __forceinline__ int span_row(int c, int e) {
@@ -258,9 +258,10 @@ __device__ __forceinline__ float2 span_pair(unsigned r, const __nv_bfloat16 *) {
 }
 
 // WPG: 1 or 2 -- groups of 32 or 64 k (a (scale, zero) slot per word or per pair of words); 0 -- groups of whole
-// units (one slot per unit).
-template <typename T, int WPG>
-__global__ void __launch_bounds__(SPAN_THREADS, 3) lowbit_lut_span_kernel(
+// units (one slot per unit). TH: threads per block, 256 (3 blocks per SM: 80 registers) or 512 (2: 64 registers),
+// one table for all its warps.
+template <typename T, int WPG, int TH>
+__global__ void __launch_bounds__(TH, TH == 512 ? 2 : 3) lowbit_lut_span_kernel(
     const T *__restrict__ x, const uint4 *__restrict__ words, const unsigned *__restrict__ sz,
     float *__restrict__ ws, unsigned *__restrict__ cnt, T *__restrict__ y, int K, int N) {
   constexpr int NS = WPG ? 4 / WPG : 1;   // (scale, zero point) slots per unit
@@ -286,10 +287,10 @@ __global__ void __launch_bounds__(SPAN_THREADS, 3) lowbit_lut_span_kernel(
   uint4 w[SPAN_COLS];
   unsigned r[SPAN_COLS][NS];
   if (c < c1) load(c, w, r);   // in flight while the tables are built
-  // the tables: warp wp builds chunks wp, wp + 8, wp + 16, wp + 24 of every lane's unit (a lane its own unit's)
+  // the tables: warp wp builds chunks wp, wp + TH / 32, ... of every lane's unit (a lane its own unit's)
 #pragma unroll
-  for (int q = 0; q < SPAN_UNITS / 8; q++) {
-    const int ch = warp + 8 * q, k = 128 * u + 4 * ch;
+  for (int q = 0; q < SPAN_UNITS / (TH / 32); q++) {
+    const int ch = warp + TH / 32 * q, k = 128 * u + 4 * ch;
     float a[4];
 #pragma unroll
     for (int b = 0; b < 4; b++) a[b] = k + b < K ? ld(x, (size_t)k + b) : 0.f;
@@ -312,11 +313,11 @@ __global__ void __launch_bounds__(SPAN_THREADS, 3) lowbit_lut_span_kernel(
     for (int ch = 32 * i / NS; ch < 32 * (i + 1) / NS; ch++) t += tab[32 * span_row(ch, 15) + lane];
     xs[i] = t;
   }
-  for (; c < c1; c += SPAN_THREADS / 32) {
+  for (; c < c1; c += TH / 32) {
     uint4 wn[SPAN_COLS];
     unsigned rn[SPAN_COLS][NS];
-    const bool more = c + SPAN_THREADS / 32 < c1;
-    if (more) load(c + SPAN_THREADS / 32, wn, rn);   // the next columns' codes while these are summed
+    const bool more = c + TH / 32 < c1;
+    if (more) load(c + TH / 32, wn, rn);   // the next columns' codes while these are summed
     float acc[SPAN_COLS];
 #pragma unroll
     for (int j = 0; j < SPAN_COLS; j++) {
@@ -363,34 +364,41 @@ __global__ void __launch_bounds__(SPAN_THREADS, 3) lowbit_lut_span_kernel(
   __syncthreads();
   if (last) {
     __threadfence();
-    for (int n = SPAN_COLS * c0 + tid; n < min(SPAN_COLS * c1, N); n += SPAN_THREADS) st(y, n, atomicExch(ws + n, 0.f));
+    for (int n = SPAN_COLS * c0 + tid; n < min(SPAN_COLS * c1, N); n += TH) st(y, n, atomicExch(ws + n, 0.f));
     if (tid == 0) cnt[blockIdx.x] = 0u;
   }
 }
 
-template <typename T, int WPG>
-int launch_span_g(const T *x, const uint4 *w, const unsigned *sz, float *ws, unsigned *cnt, T *y, int K, int N, int nbx,
-                  cudaStream_t st) {
+template <typename T, int WPG, int TH>
+int launch_span_th(const T *x, const uint4 *w, const unsigned *sz, float *ws, unsigned *cnt, T *y, int K, int N,
+                   int nbx, cudaStream_t st) {
   // 64 KB of dynamic shared memory, above the default 48 KB (an attribute of the current device's function)
-  const cudaError_t e = cudaFuncSetAttribute(lowbit_lut_span_kernel<T, WPG>,
+  const cudaError_t e = cudaFuncSetAttribute(lowbit_lut_span_kernel<T, WPG, TH>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, SPAN_SMEM);
   if (e != cudaSuccess) return (int)e;
   const dim3 grid(nbx, ((K + 127) / 128 + SPAN_UNITS - 1) / SPAN_UNITS);
-  lowbit_lut_span_kernel<T, WPG><<<grid, SPAN_THREADS, SPAN_SMEM, st>>>(x, w, sz, ws, cnt, y, K, N);
+  lowbit_lut_span_kernel<T, WPG, TH><<<grid, TH, SPAN_SMEM, st>>>(x, w, sz, ws, cnt, y, K, N);
   return (int)cudaGetLastError();
+}
+
+template <typename T, int WPG>
+int launch_span_g(const T *x, const uint4 *w, const unsigned *sz, float *ws, unsigned *cnt, T *y, int K, int N,
+                  int nbx, int threads, cudaStream_t st) {
+  return threads == 512 ? launch_span_th<T, WPG, 512>(x, w, sz, ws, cnt, y, K, N, nbx, st)
+                        : launch_span_th<T, WPG, 256>(x, w, sz, ws, cnt, y, K, N, nbx, st);
 }
 
 template <typename T>
 int launch_span(const void *x, const void *words, const void *sz, float *ws, unsigned *cnt, void *y, int K, int N,
-                int group, int nbx, void *stream) {
+                int group, int nbx, int threads, void *stream) {
   const auto st = static_cast<cudaStream_t>(stream);
   const T *xt = static_cast<const T *>(x);
   const uint4 *wt = static_cast<const uint4 *>(words);
   const unsigned *szt = static_cast<const unsigned *>(sz);
   T *yt = static_cast<T *>(y);
-  if (group == 32) return launch_span_g<T, 1>(xt, wt, szt, ws, cnt, yt, K, N, nbx, st);
-  if (group == 64) return launch_span_g<T, 2>(xt, wt, szt, ws, cnt, yt, K, N, nbx, st);
-  return launch_span_g<T, 0>(xt, wt, szt, ws, cnt, yt, K, N, nbx, st);
+  if (group == 32) return launch_span_g<T, 1>(xt, wt, szt, ws, cnt, yt, K, N, nbx, threads, st);
+  if (group == 64) return launch_span_g<T, 2>(xt, wt, szt, ws, cnt, yt, K, N, nbx, threads, st);
+  return launch_span_g<T, 0>(xt, wt, szt, ws, cnt, yt, K, N, nbx, threads, st);
 }
 }  // namespace
 
@@ -412,9 +420,9 @@ int native_lowbit_lut(const void *x, const void *words, const void *s, const voi
 
 
 int native_lowbit_lut_span(const void *x, const void *words, const void *sz, float *ws, unsigned *cnt, void *y, int K,
-                           int N, int group, int bf16, int nbx, void *stream) {
+                           int N, int group, int bf16, int nbx, int threads, void *stream) {
   if (!native_lowbit_lut_ok(K, group) || (group > 0 && group != K && K % group)) return -1;
-  if (nbx < 1 || nbx > (N + SPAN_COLS - 1) / SPAN_COLS) return -2;
-  return bf16 ? launch_span<__nv_bfloat16>(x, words, sz, ws, cnt, y, K, N, group, nbx, stream)
-              : launch_span<__half>(x, words, sz, ws, cnt, y, K, N, group, nbx, stream);
+  if (nbx < 1 || nbx > (N + SPAN_COLS - 1) / SPAN_COLS || (threads != 256 && threads != 512)) return -2;
+  return bf16 ? launch_span<__nv_bfloat16>(x, words, sz, ws, cnt, y, K, N, group, nbx, threads, stream)
+              : launch_span<__half>(x, words, sz, ws, cnt, y, K, N, group, nbx, threads, stream);
 }
