@@ -258,7 +258,7 @@ def test_decode_variants_are_built_for_the_tuned_recipes():
     for v in (1, 2, 3):
         for mt in (1, 2):
             assert f"launch_gemv<R, {mt}, false, false, false, {v}>" in src
-    assert set(lowbit.DECODE_VARIANTS.values()) == {0, 1, 2, 3, 4, 5, 6}
+    assert set(lowbit.DECODE_VARIANTS.values()) == {0, 1, 2, 3, 4, 5, 6, 7}
     # bulk1 (5): bulk's builds with one block per SM, wherever bulk is dispatched (plain, instrumented, x split)
     assert "if (p.variant == VBULK1)" in src and "q.variant = 3;" in src and "grid > 0 ? grid : sms" in src
     # regs (4, lowbit_regs.cuh): the BULK recipes at one and two tiles, plain, and (R::PROF) instrumented
@@ -773,9 +773,11 @@ def test_lutspan_grid_fills_one_wave_of_its_blocks_per_sm():
     """span_nbx: bps blocks per SM over all the k spans (floor: no block left for a second wave), at most one block per
     4 columns, at least one; blocks per SM outside SPAN_CONFIGS refused."""
     import native.lowbit_lut as LUT
-    assert LUT.SPAN_CONFIGS[0] == (256, 3) and all(th in (256, 512) for th, _ in LUT.SPAN_CONFIGS)
-    assert (LUT.span_slices(8192), LUT.span_nbx(8192, 57344, 132)) == (2, 198)     # 396 = 3 x 132 blocks
-    assert (LUT.span_slices(28672), LUT.span_nbx(28672, 8192, 132)) == (7, 56)     # 392 <= 396
+    assert LUT.SPAN_CONFIGS[0] == (512, 2) and all(th in (256, 512) for th, _ in LUT.SPAN_CONFIGS)
+    assert (LUT.span_slices(8192), LUT.span_nbx(8192, 57344, 132)) == (2, 132)     # 264 = 2 x 132 blocks (default)
+    assert (LUT.span_slices(8192), LUT.span_nbx(8192, 57344, 132, 3)) == (2, 198)  # 396 = 3 x 132 blocks
+    assert (LUT.span_slices(28672), LUT.span_nbx(28672, 8192, 132, 3)) == (7, 56)  # 392 <= 396
+    assert LUT.span_nbx(28672, 8192, 132) == 37                                    # 259 <= 264
     assert LUT.span_nbx(8192, 57344, 132, 1) == 66
     assert LUT.span_nbx(1024, 8, 132) == 2                                        # 2 column chunks of 4
     assert LUT.span_nbx(600000, 4096, 4, 1) == 1                                  # more spans than slots
