@@ -26,10 +26,11 @@ __device__ __forceinline__ void st(__half *p, int i, float v) { p[i] = __float2h
 __device__ __forceinline__ void st(__nv_bfloat16 *p, int i, float v) { p[i] = __float2bfloat16_rn(v); }
 
 // sum of the 8 table entries a code word selects (quad q of the word: bits 4q..4q+3), in two chains
+// (each chain starts from its first entry: 0.f + t is not t for t = -0, so the compiler keeps an add from zero)
 __device__ __forceinline__ float word_sum(const float *Tw, unsigned v) {
-  float a0 = 0.f, a1 = 0.f;
+  float a0 = Tw[v & 15u], a1 = Tw[16 + ((v >> 4) & 15u)];
 #pragma unroll
-  for (int q = 0; q < 8; q++) {
+  for (int q = 2; q < 8; q++) {
     const float t = Tw[q * 16 + ((v >> (4 * q)) & 15u)];
     if (q & 1) a1 += t; else a0 += t;
   }
@@ -224,12 +225,15 @@ __device__ __forceinline__ int span_row(int c, int e) {
 __device__ __forceinline__ float span_ld(const char *tb, unsigned off) { return *reinterpret_cast<const float *>(tb + off); }
 
 // the lookups of one code word (word i of the unit): the sum of x over the k whose code is 1, in two chains
+// (each chain starts from its first entry, as word_sum's)
 template <int I>
 __device__ __forceinline__ float span_word(const char *tb, unsigned v, unsigned lane4) {
-  float a0 = 0.f, a1 = 0.f;
+  const unsigned v0 = v << 8;
+  float a0 = span_ld(tb + 4096 * (4 * I), (v0 & 0xF00u) | lane4);
+  float a1 = span_ld(tb + 128 * (8 * I + 1), (v0 & 0xF000u) | lane4);
 #pragma unroll
-  for (int b = 0; b < 4; b++) {
-    const unsigned vb = b == 0 ? v << 8 : b == 1 ? v : v >> (8 * (b - 1));
+  for (int b = 1; b < 4; b++) {
+    const unsigned vb = b == 1 ? v : v >> (8 * (b - 1));
     const int p = 4 * I + b;
     a0 += span_ld(tb + 4096 * p, (vb & 0xF00u) | lane4);
     a1 += span_ld(tb + 128 * (2 * p + 1), (vb & 0xF000u) | lane4);
@@ -273,24 +277,29 @@ __global__ void __launch_bounds__(TH, TH == 512 ? 2 : 3) lowbit_lut_span_kernel(
   const int chunks = (N + SPAN_COLS - 1) / SPAN_COLS;
   const int c0 = (int)((long long)blockIdx.x * chunks / gridDim.x);
   const int c1 = (int)((long long)(blockIdx.x + 1) * chunks / gridDim.x);
-  // (chunk c, column j): its codes at words[cell], its slots at sz[cell * NS ..]
+  // (chunk c, column j): its codes at words[cell], its slots at sz[cell * NS ..], cell = span0 + 32 (SPAN_COLS c + j);
+  // a warp's chunks step by S = TH / 32: pointers advance by a constant, the 4 columns at immediate offsets
+  constexpr int S = TH / 32;
+  constexpr size_t STEP = (size_t)SPAN_COLS * 32 * S;   // cells from one of a warp's chunks to its next
   const size_t span0 = (size_t)blockIdx.y * chunks * SPAN_COLS * 32 + lane;
-  auto load = [&](int c, uint4 (&w)[SPAN_COLS], unsigned (&r)[SPAN_COLS][NS]) {
+  auto load = [&](const uint4 *wq, const unsigned *sq, uint4 (&w)[SPAN_COLS], unsigned (&r)[SPAN_COLS][NS]) {
 #pragma unroll
     for (int j = 0; j < SPAN_COLS; j++) {
-      const size_t cell = span0 + (size_t)(SPAN_COLS * c + j) * 32;
-      w[j] = __ldg(words + cell);
-      span_ld_sz<NS>(sz + cell * NS, r[j]);
+      w[j] = __ldg(wq + 32 * j);
+      span_ld_sz<NS>(sq + 32 * NS * j, r[j]);
     }
   };
   int c = c0 + warp;
-  uint4 w[SPAN_COLS];
-  unsigned r[SPAN_COLS][NS];
-  if (c < c1) load(c, w, r);   // in flight while the tables are built
-  // the tables: warp wp builds chunks wp, wp + TH / 32, ... of every lane's unit (a lane its own unit's)
+  const uint4 *wp = words + span0 + (size_t)SPAN_COLS * 32 * c;
+  const unsigned *sp = sz + (span0 + (size_t)SPAN_COLS * 32 * c) * NS;
+  // two buffers of codes and slots: the next chunk's load in flight while one is summed
+  uint4 wa[SPAN_COLS], wb[SPAN_COLS];
+  unsigned ra[SPAN_COLS][NS], rb[SPAN_COLS][NS];
+  if (c < c1) load(wp, sp, wa, ra);   // in flight while the tables are built
+  // the tables: warp w builds chunks w, w + S, ... of every lane's unit (a lane its own unit's)
 #pragma unroll
-  for (int q = 0; q < SPAN_UNITS / (TH / 32); q++) {
-    const int ch = warp + TH / 32 * q, k = 128 * u + 4 * ch;
+  for (int q = 0; q < SPAN_UNITS / S; q++) {
+    const int ch = warp + S * q, k = 128 * u + 4 * ch;
     float a[4];
 #pragma unroll
     for (int b = 0; b < 4; b++) a[b] = k + b < K ? ld(x, (size_t)k + b) : 0.f;
@@ -313,11 +322,8 @@ __global__ void __launch_bounds__(TH, TH == 512 ? 2 : 3) lowbit_lut_span_kernel(
     for (int ch = 32 * i / NS; ch < 32 * (i + 1) / NS; ch++) t += tab[32 * span_row(ch, 15) + lane];
     xs[i] = t;
   }
-  for (; c < c1; c += TH / 32) {
-    uint4 wn[SPAN_COLS];
-    unsigned rn[SPAN_COLS][NS];
-    const bool more = c + TH / 32 < c1;
-    if (more) load(c + TH / 32, wn, rn);   // the next columns' codes while these are summed
+  // chunk c's 4 column sums from its codes w and slots r, written to y (one span) or added into the workspace
+  auto sums = [&](int c, const uint4 (&w)[SPAN_COLS], const unsigned (&r)[SPAN_COLS][NS]) {
     float acc[SPAN_COLS];
 #pragma unroll
     for (int j = 0; j < SPAN_COLS; j++) {
@@ -347,12 +353,27 @@ __global__ void __launch_bounds__(TH, TH == 512 ? 2 : 3) lowbit_lut_span_kernel(
       if (gridDim.y == 1) st(y, n, v);
       else atomicAdd(ws + n, v);
     }
-    if (more) {
+  };
+  if constexpr (WPG == 0) {   // the buffers in turn (two copies of the loop body)
+    for (; c < c1; c += 2 * S, wp += 2 * STEP, sp += 2 * STEP * NS) {
+      if (c + S < c1) load(wp + STEP, sp + STEP * NS, wb, rb);   // the next chunk's codes while these are summed
+      sums(c, wa, ra);
+      if (c + S >= c1) break;
+      if (c + 2 * S < c1) load(wp + 2 * STEP, sp + 2 * STEP * NS, wa, ra);
+      sums(c + S, wb, rb);
+    }
+  } else {   // groups of 32 / 64 k: 2-4 slots a column; one body, the next chunk copied in (fewer spills at 64 registers)
+    for (; c < c1; c += S, wp += STEP, sp += STEP * NS) {
+      const bool more = c + S < c1;
+      if (more) load(wp + STEP, sp + STEP * NS, wb, rb);
+      sums(c, wa, ra);
+      if (more) {
 #pragma unroll
-      for (int j = 0; j < SPAN_COLS; j++) {
-        w[j] = wn[j];
+        for (int j = 0; j < SPAN_COLS; j++) {
+          wa[j] = wb[j];
 #pragma unroll
-        for (int i = 0; i < NS; i++) r[j][i] = rn[j][i];
+          for (int i = 0; i < NS; i++) ra[j][i] = rb[j][i];
+        }
       }
     }
   }
