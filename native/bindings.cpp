@@ -173,7 +173,8 @@ void lowbit_lut_span(at::Tensor x, at::Tensor words, at::Tensor sz, at::Tensor y
   TORCH_CHECK(ws.scalar_type() == at::kFloat && ws.numel() >= N, "workspace: >= N f32");
   TORCH_CHECK(counters.scalar_type() == at::kInt && counters.numel() >= nbx, "counters: >= ", nbx, " int32");
   TORCH_CHECK(nbx >= 1 && nbx <= chunks, "lowbit_lut_span: nbx ", nbx, " outside 1 .. ", chunks);
-  TORCH_CHECK(threads == 256 || threads == 512, "lowbit_lut_span: threads ", threads, ": 256 or 512");
+  TORCH_CHECK(threads == 256 || threads == 512 || threads == 1024, "lowbit_lut_span: threads ", threads,
+              ": 256, 512 or 1024");
   check_lut_err(native_lowbit_lut_span(x.data_ptr(), words.data_ptr(), sz.data_ptr(), ws.data_ptr<float>(),
                                        reinterpret_cast<unsigned *>(counters.data_ptr<int32_t>()), y.data_ptr(),
                                        (int)K, (int)N, (int)group, x.scalar_type() == at::kBFloat16, (int)nbx,

@@ -25,8 +25,9 @@ THREADS = 256              # columns per tile (a lane per column)
 # the span form (the `lutspan` variant, native/NOTES.md section 34): a lane per unit, a block per SPAN_UNITS units
 SPAN_UNITS = 32            # units (of 128 k) per block: 4096 k, a lane each
 SPAN_COLS = 4              # columns a warp sums at a time (64 contiguous bytes of codes per lane)
-SPAN_CONFIGS = ((512, 2), (256, 3), (256, 2), (512, 1), (256, 1))   # (threads per block, blocks per SM) it launches
-                           # with (64 KB of tables a block: 3 fit an SM; 512 threads at 64 registers: 2); the first is
+SPAN_CONFIGS = ((512, 2), (256, 3), (256, 2), (512, 1), (256, 1), (1024, 1))   # (threads per block, blocks per SM)
+                           # it launches with (64 KB of tables a block: 3 fit an SM; 512 threads at 64 registers: 2;
+                           # 1024: 1, the same 32 warps with one table build per SM); the first is
                            # the default: the fastest of the five at (8192, 57344) and (28672, 8192), groups of 128,
                            # and at groups of 64 (H100, lut_tune, section 34)
 

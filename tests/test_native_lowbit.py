@@ -773,7 +773,7 @@ def test_lutspan_grid_fills_one_wave_of_its_blocks_per_sm():
     """span_nbx: bps blocks per SM over all the k spans (floor: no block left for a second wave), at most one block per
     4 columns, at least one; blocks per SM outside SPAN_CONFIGS refused."""
     import native.lowbit_lut as LUT
-    assert LUT.SPAN_CONFIGS[0] == (512, 2) and all(th in (256, 512) for th, _ in LUT.SPAN_CONFIGS)
+    assert LUT.SPAN_CONFIGS[0] == (512, 2) and all(th in (256, 512, 1024) for th, _ in LUT.SPAN_CONFIGS)
     assert (LUT.span_slices(8192), LUT.span_nbx(8192, 57344, 132)) == (2, 132)     # 264 = 2 x 132 blocks (default)
     assert (LUT.span_slices(8192), LUT.span_nbx(8192, 57344, 132, 3)) == (2, 198)  # 396 = 3 x 132 blocks
     assert (LUT.span_slices(28672), LUT.span_nbx(28672, 8192, 132, 3)) == (7, 56)  # 392 <= 396

@@ -262,10 +262,10 @@ __device__ __forceinline__ float2 span_pair(unsigned r, const __nv_bfloat16 *) {
 }
 
 // WPG: 1 or 2 -- groups of 32 or 64 k (a (scale, zero) slot per word or per pair of words); 0 -- groups of whole
-// units (one slot per unit). TH: threads per block, 256 (3 blocks per SM: 80 registers) or 512 (2: 64 registers),
-// one table for all its warps.
+// units (one slot per unit). TH: threads per block, 256 (3 blocks per SM: 80 registers), 512 (2: 64 registers) or
+// 1024 (1: 64 registers), one table for all its warps.
 template <typename T, int WPG, int TH>
-__global__ void __launch_bounds__(TH, TH == 512 ? 2 : 3) lowbit_lut_span_kernel(
+__global__ void __launch_bounds__(TH, TH == 1024 ? 1 : TH == 512 ? 2 : 3) lowbit_lut_span_kernel(
     const T *__restrict__ x, const uint4 *__restrict__ words, const unsigned *__restrict__ sz,
     float *__restrict__ ws, unsigned *__restrict__ cnt, T *__restrict__ y, int K, int N) {
   constexpr int NS = WPG ? 4 / WPG : 1;   // (scale, zero point) slots per unit
@@ -405,8 +405,9 @@ int launch_span_th(const T *x, const uint4 *w, const unsigned *sz, float *ws, un
 template <typename T, int WPG>
 int launch_span_g(const T *x, const uint4 *w, const unsigned *sz, float *ws, unsigned *cnt, T *y, int K, int N,
                   int nbx, int threads, cudaStream_t st) {
-  return threads == 512 ? launch_span_th<T, WPG, 512>(x, w, sz, ws, cnt, y, K, N, nbx, st)
-                        : launch_span_th<T, WPG, 256>(x, w, sz, ws, cnt, y, K, N, nbx, st);
+  return threads == 1024 ? launch_span_th<T, WPG, 1024>(x, w, sz, ws, cnt, y, K, N, nbx, st)
+         : threads == 512  ? launch_span_th<T, WPG, 512>(x, w, sz, ws, cnt, y, K, N, nbx, st)
+                           : launch_span_th<T, WPG, 256>(x, w, sz, ws, cnt, y, K, N, nbx, st);
 }
 
 template <typename T>
@@ -443,7 +444,7 @@ int native_lowbit_lut(const void *x, const void *words, const void *s, const voi
 int native_lowbit_lut_span(const void *x, const void *words, const void *sz, float *ws, unsigned *cnt, void *y, int K,
                            int N, int group, int bf16, int nbx, int threads, void *stream) {
   if (!native_lowbit_lut_ok(K, group) || (group > 0 && group != K && K % group)) return -1;
-  if (nbx < 1 || nbx > (N + SPAN_COLS - 1) / SPAN_COLS || (threads != 256 && threads != 512)) return -2;
+  if (nbx < 1 || nbx > (N + SPAN_COLS - 1) / SPAN_COLS || (threads != 256 && threads != 512 && threads != 1024)) return -2;
   return bf16 ? launch_span<__nv_bfloat16>(x, words, sz, ws, cnt, y, K, N, group, nbx, threads, stream)
               : launch_span<__half>(x, words, sz, ws, cnt, y, K, N, group, nbx, threads, stream);
 }
