@@ -350,7 +350,7 @@ class LowbitMatmul:
         self._grids: dict = {}
         self.lut_ks = LUT_LAYOUT.KS_DEFAULT   # k per block of the lut variant (LUT_LAYOUT.KS_CHOICES)
         self.lut_ct = LUT_LAYOUT.default_ct(pw.L.K, pw.L.N, self.sms, self.lut_ks, pw.qw.group_size)   # its tiles
-        self.span_cfg = LUT_LAYOUT.SPAN_CONFIGS[0]   # lutspan's (threads per block, blocks per SM)
+        self.span_cfg = LUT_LAYOUT.default_span(pw.qw.group_size)   # lutspan's (threads, blocks per SM)
 
     # -- decode ------------------------------------------------------------------------------
     def decode_ok(self, M: int) -> bool:

@@ -25,11 +25,9 @@ THREADS = 256              # columns per tile (a lane per column)
 # the span form (the `lutspan` variant, native/NOTES.md section 34): a lane per unit, a block per SPAN_UNITS units
 SPAN_UNITS = 32            # units (of 128 k) per block: 4096 k, a lane each
 SPAN_COLS = 4              # columns a warp sums at a time (64 contiguous bytes of codes per lane)
-SPAN_CONFIGS = ((512, 2), (256, 3), (256, 2), (512, 1), (256, 1), (1024, 1))   # (threads per block, blocks per SM)
-                           # it launches with (64 KB of tables a block: 3 fit an SM; 512 threads at 64 registers: 2;
-                           # 1024: 1, the same 32 warps with one table build per SM); the first is
-                           # the default: the fastest of the five at (8192, 57344) and (28672, 8192), groups of 128,
-                           # and at groups of 64 (H100, lut_tune, section 34)
+SPAN_CONFIGS = ((1024, 1), (512, 2), (256, 3), (256, 2), (512, 1), (256, 1))   # (threads per block, blocks per SM)
+                           # it launches with (64 KB of tables a block: 3 fit an SM; 512 or 1024 threads at 64
+                           # registers: 2 or 1, the same 32 warps); default_span picks one per group size
 
 
 def group_ok(K: int, group: int) -> Optional[str]:
@@ -92,7 +90,15 @@ def span_slices(K: int) -> int:
     return -(-units(K) // SPAN_UNITS)
 
 
-def span_nbx(K: int, N: int, sms: int, bps: int = SPAN_CONFIGS[0][1]) -> int:
+def default_span(group: int) -> tuple[int, int]:
+    """lutspan's (threads per block, blocks per SM): 1024 x 1 for groups of whole units -- the fastest of the six at
+    the three tilus_fig10 g128 shapes (H100, section 34: 42.4 / 25.0 / 13.5 us; 512 x 2 45.1 / 27.4 / 15.8) --,
+    256 x 2 for groups of 32 / 64 k, whose 2-4 slots a column spill at 64 registers (g32: 71.3 us at 256 x 2, 141.4
+    at 512 x 2)."""
+    return (256, 2) if group in (32, 64) else (1024, 1)
+
+
+def span_nbx(K: int, N: int, sms: int, bps: int) -> int:
     """The span form's blocks along N per k span: as many as fill one wave of `bps` blocks per SM over the k spans,
     at most one per SPAN_COLS columns."""
     if bps not in {b for _, b in SPAN_CONFIGS}:

@@ -752,7 +752,7 @@ def test_lut_layout_round_trip_and_arithmetic_against_float64(K, N, g, ks):
     assert float(sz[0, 0, 0, 0, 0, 0]) == float(qw.scales[0, 0]) and float(sz[0, 0, 0, 0, 0, 1]) == float(qw.zeros[0, 0])
     ys = LUT.span_emulate(w, sz, x, K, N)
     assert float((ys.double() - ref).norm() / ref.norm()) < 1e-5
-    assert LUT.span_slices(K) == S and 1 <= LUT.span_nbx(K, N, 132) <= C
+    assert LUT.span_slices(K) == S and 1 <= LUT.span_nbx(K, N, 132, 2) <= C
 
 
 def test_lut_column_tiles_per_block_leave_four_blocks_per_sm():
@@ -773,13 +773,15 @@ def test_lutspan_grid_fills_one_wave_of_its_blocks_per_sm():
     """span_nbx: bps blocks per SM over all the k spans (floor: no block left for a second wave), at most one block per
     4 columns, at least one; blocks per SM outside SPAN_CONFIGS refused."""
     import native.lowbit_lut as LUT
-    assert LUT.SPAN_CONFIGS[0] == (512, 2) and all(th in (256, 512, 1024) for th, _ in LUT.SPAN_CONFIGS)
-    assert (LUT.span_slices(8192), LUT.span_nbx(8192, 57344, 132)) == (2, 132)     # 264 = 2 x 132 blocks (default)
+    assert all(th in (256, 512, 1024) for th, _ in LUT.SPAN_CONFIGS)
+    assert LUT.default_span(128) == LUT.default_span(-1) == (1024, 1) and LUT.default_span(32) == (256, 2)
+    assert all(LUT.default_span(g) in LUT.SPAN_CONFIGS for g in (32, 64, 128, 256, -1))
+    assert (LUT.span_slices(8192), LUT.span_nbx(8192, 57344, 132, 1)) == (2, 66)   # 132 = 1 x 132 blocks
+    assert (LUT.span_slices(8192), LUT.span_nbx(8192, 57344, 132, 2)) == (2, 132)  # 264 = 2 x 132 blocks
     assert (LUT.span_slices(8192), LUT.span_nbx(8192, 57344, 132, 3)) == (2, 198)  # 396 = 3 x 132 blocks
     assert (LUT.span_slices(28672), LUT.span_nbx(28672, 8192, 132, 3)) == (7, 56)  # 392 <= 396
-    assert LUT.span_nbx(28672, 8192, 132) == 37                                    # 259 <= 264
-    assert LUT.span_nbx(8192, 57344, 132, 1) == 66
-    assert LUT.span_nbx(1024, 8, 132) == 2                                        # 2 column chunks of 4
+    assert LUT.span_nbx(28672, 8192, 132, 2) == 37                                 # 259 <= 264
+    assert LUT.span_nbx(1024, 8, 132, 3) == 2                                        # 2 column chunks of 4
     assert LUT.span_nbx(600000, 4096, 4, 1) == 1                                  # more spans than slots
     with pytest.raises(ValueError):
         LUT.span_nbx(8192, 8192, 132, 4)
