@@ -295,37 +295,14 @@ __global__ void __launch_bounds__(TH, TH == 1024 ? 1 : TH == 512 ? 2 : 3) lowbit
   // two buffers of codes and slots: the next chunk's load in flight while one is summed
   uint4 wa[SPAN_COLS], wb[SPAN_COLS];
   unsigned ra[SPAN_COLS][NS], rb[SPAN_COLS][NS];
-  // chunk c's lines into L2 ahead of its load into registers (no registers held: DRAM requests further ahead)
-  auto prefetch = [&](const uint4 *wq, const unsigned *sq) {
-#pragma unroll
-    for (int j = 0; j < SPAN_COLS; j++) {
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(wq + 32 * j));
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(sq + 32 * NS * j));
-    }
-  };
-  // in flight while the tables are built: the first chunk (both first chunks for whole-unit groups), the next in L2
-  if (c < c1) load(wp, sp, wa, ra);
-  if constexpr (WPG == 0) {
-    if (c + S < c1) load(wp + STEP, sp + STEP * NS, wb, rb);
-    if (c + 2 * S < c1) prefetch(wp + 2 * STEP, sp + 2 * STEP * NS);
-    if (c + 3 * S < c1) prefetch(wp + 3 * STEP, sp + 3 * STEP * NS);
-  } else if (c + S < c1) {
-    prefetch(wp + STEP, sp + STEP * NS);
-  }
+  if (c < c1) load(wp, sp, wa, ra);   // in flight while the tables are built
   // the tables: warp w builds chunks w, w + S, ... of every lane's unit (a lane its own unit's)
-  const bool x8 = (reinterpret_cast<uintptr_t>(x) & 7) == 0;
 #pragma unroll
   for (int q = 0; q < SPAN_UNITS / S; q++) {
     const int ch = warp + S * q, k = 128 * u + 4 * ch;
     float a[4];
-    if (x8 && k + 3 < K) {   // the 4 x in one 8-byte load
-      const uint2 v = __ldg(reinterpret_cast<const uint2 *>(x + k));
-      const float2 lo = span_pair(v.x, x), hi = span_pair(v.y, x);
-      a[0] = lo.x; a[1] = lo.y; a[2] = hi.x; a[3] = hi.y;
-    } else {
 #pragma unroll
-      for (int b = 0; b < 4; b++) a[b] = k + b < K ? ld(x, (size_t)k + b) : 0.f;
-    }
+    for (int b = 0; b < 4; b++) a[b] = k + b < K ? ld(x, (size_t)k + b) : 0.f;
     float e[16];
     e[0] = 0.f; e[1] = a[0]; e[2] = a[1]; e[3] = a[0] + a[1];
 #pragma unroll
@@ -379,19 +356,16 @@ __global__ void __launch_bounds__(TH, TH == 1024 ? 1 : TH == 512 ? 2 : 3) lowbit
   };
   if constexpr (WPG == 0) {   // the buffers in turn (two copies of the loop body)
     for (; c < c1; c += 2 * S, wp += 2 * STEP, sp += 2 * STEP * NS) {
-      sums(c, wa, ra);   // (chunk c + S's codes in flight meanwhile, c + 2 S's and c + 3 S's into L2)
-      if (c + 2 * S < c1) load(wp + 2 * STEP, sp + 2 * STEP * NS, wa, ra);
-      if (c + 4 * S < c1) prefetch(wp + 4 * STEP, sp + 4 * STEP * NS);
+      if (c + S < c1) load(wp + STEP, sp + STEP * NS, wb, rb);   // the next chunk's codes while these are summed
+      sums(c, wa, ra);
       if (c + S >= c1) break;
+      if (c + 2 * S < c1) load(wp + 2 * STEP, sp + 2 * STEP * NS, wa, ra);
       sums(c + S, wb, rb);
-      if (c + 3 * S < c1) load(wp + 3 * STEP, sp + 3 * STEP * NS, wb, rb);
-      if (c + 5 * S < c1) prefetch(wp + 5 * STEP, sp + 5 * STEP * NS);
     }
   } else {   // groups of 32 / 64 k: 2-4 slots a column; one body, the next chunk copied in (fewer spills at 64 registers)
     for (; c < c1; c += S, wp += STEP, sp += STEP * NS) {
       const bool more = c + S < c1;
       if (more) load(wp + STEP, sp + STEP * NS, wb, rb);
-      if (c + 2 * S < c1) prefetch(wp + 2 * STEP, sp + 2 * STEP * NS);
       sums(c, wa, ra);
       if (more) {
 #pragma unroll
