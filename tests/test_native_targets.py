@@ -64,6 +64,12 @@ def test_decode_targets_name_the_variant_and_its_limit():
     assert t.loc["u4", "variant"] == "regs" and "the loop (regs" in t.loc["u4", "why"]
     assert t.loc["i4", "variant"] == "bulk" and "loop stalls" in t.loc["i4", "why"]
     assert t.loc["u8", "variant"] == t.loc["u3", "variant"] == "base"   # chosen_config leaves base's name out
+    # u1 at M = 1 through the table lookups (lutspan): its own limit, not the mma kernels' issue count
+    cfg = "native decode lutspan (timed ms: regs 0.056, lut 0.044, lutspan 0.034) f16_u1 span 1024 threads"
+    rows = [dict(_rows("native", "u1", 1, m, v), impl_config=cfg) for m, v in (("latency_ms", 0.034),
+                                                                                ("roofline_frac", 0.5))]
+    t = decode_targets(pd.DataFrame(rows)).set_index("weight_dtype")
+    assert t.loc["u1", "variant"] == "lutspan" and "table lookups" in t.loc["u1", "why"]
 
 
 def test_prefill_targets_ratio_and_job():
