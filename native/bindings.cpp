@@ -153,7 +153,7 @@ void lowbit_lut(at::Tensor x, at::Tensor words, at::Tensor scales, at::Tensor ze
 
 // its span form (its own layout: native/lowbit_lut.py, span_pack): nbx blocks of `threads` along N per 4096 k
 void lowbit_lut_span(at::Tensor x, at::Tensor words, at::Tensor sz, at::Tensor y, at::Tensor ws, at::Tensor counters,
-                     int64_t group, int64_t nbx, int64_t threads, int64_t ring) {
+                     int64_t group, int64_t nbx, int64_t threads) {
   check_cuda_contig(x, "x");
   check_cuda_contig(words, "words");
   check_cuda_contig(sz, "scale / zero pairs");
@@ -175,12 +175,10 @@ void lowbit_lut_span(at::Tensor x, at::Tensor words, at::Tensor sz, at::Tensor y
   TORCH_CHECK(nbx >= 1 && nbx <= chunks, "lowbit_lut_span: nbx ", nbx, " outside 1 .. ", chunks);
   TORCH_CHECK(threads == 256 || threads == 512 || threads == 1024, "lowbit_lut_span: threads ", threads,
               ": 256, 512 or 1024");
-  TORCH_CHECK(ring == 0 || ((ring == 2 || ring == 3) && slots == 1), "lowbit_lut_span: ring ", ring,
-              ": 0, or 2 / 3 for groups of whole units");
   check_lut_err(native_lowbit_lut_span(x.data_ptr(), words.data_ptr(), sz.data_ptr(), ws.data_ptr<float>(),
                                        reinterpret_cast<unsigned *>(counters.data_ptr<int32_t>()), y.data_ptr(),
                                        (int)K, (int)N, (int)group, x.scalar_type() == at::kBFloat16, (int)nbx,
-                                       (int)threads, (int)ring, cur_stream()),
+                                       (int)threads, cur_stream()),
                 "lowbit_lut_span");
 }
 

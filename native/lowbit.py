@@ -350,7 +350,7 @@ class LowbitMatmul:
         self._grids: dict = {}
         self.lut_ks = LUT_LAYOUT.KS_DEFAULT   # k per block of the lut variant (LUT_LAYOUT.KS_CHOICES)
         self.lut_ct = LUT_LAYOUT.default_ct(pw.L.K, pw.L.N, self.sms, self.lut_ks, pw.qw.group_size)   # its tiles
-        self.span_cfg = LUT_LAYOUT.default_span(pw.qw.group_size)   # lutspan's (threads, blocks per SM, ring)
+        self.span_cfg = LUT_LAYOUT.default_span(pw.qw.group_size)   # lutspan's (threads, blocks per SM)
 
     # -- decode ------------------------------------------------------------------------------
     def decode_ok(self, M: int) -> bool:
@@ -458,7 +458,7 @@ class LowbitMatmul:
         try:
             if v == LUTSPAN:
                 self.mod.lowbit_lut_span(x, pw.span[0], pw.span[1], y, ws, cnt, pw.qw.group_size, cols,
-                                         self.span_cfg[0], self.span_cfg[2])
+                                         self.span_cfg[0])
             else:
                 self.mod.lowbit_lut(x, pw.lut, pw.qw.scales, pw.qw.zeros, y, ws, cnt, pw.qw.group_size, self.lut_ks,
                                     self.lut_ct)
@@ -639,9 +639,8 @@ class LowbitMatmul:
             if v in LUT_VARIANTS:
                 cols, slices = self._lut_grid(v)
                 if v == LUTSPAN:
-                    th, bps, ring = self.span_cfg
-                    codes = f", a ring of {ring} chunks a warp (bulk copies)" if ring else ""
-                    return (f"native decode{vname} {pw.rec.name} span {th} threads x {bps} blocks/SM{codes} grid"
+                    th, bps = self.span_cfg
+                    return (f"native decode{vname} {pw.rec.name} span {th} threads x {bps} blocks/SM grid"
                             f"{cols * slices} ({cols} column ranges x {slices} spans of 4096 k, a lane per 128 k) | "
                             f"one table lookup per 4 weights")
                 return (f"native decode{vname} {pw.rec.name} ks{self.lut_ks} ct{self.lut_ct} grid{cols * slices} "

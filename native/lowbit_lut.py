@@ -25,14 +25,9 @@ THREADS = 256              # columns per tile (a lane per column)
 # the span form (the `lutspan` variant, native/NOTES.md section 34): a lane per unit, a block per SPAN_UNITS units
 SPAN_UNITS = 32            # units (of 128 k) per block: 4096 k, a lane each
 SPAN_COLS = 4              # columns a warp sums at a time (64 contiguous bytes of codes per lane)
-SPAN_CONFIGS = ((1024, 1, 0), (512, 2, 0), (256, 3, 0), (256, 2, 0), (512, 1, 0), (256, 1, 0),
-                (1024, 1, 2), (512, 1, 3), (256, 2, 2))
-                           # (threads per block, blocks per SM, ring) it launches with: 64 KB of tables a block (3 fit
-                           # an SM; 512 or 1024 threads at 64 registers: 2 or 1, the same 32 warps); ring 0: a warp's
-                           # codes through two register buffers, 2 / 3: a ring of that many chunks per warp in shared
-                           # memory filled by bulk copies (groups of whole units only); default_span picks one
-SPAN_TABLE_BYTES = 64 * 1024               # the block's tables (SPAN_SMEM in lowbit_lut.cu)
-SMEM_PER_SM = 228 * 1024                   # H100 / H200 shared memory per SM: each block also takes 1 KB reserved
+SPAN_CONFIGS = ((1024, 1), (512, 2), (256, 3), (256, 2), (512, 1), (256, 1))   # (threads per block, blocks per SM)
+                           # it launches with (64 KB of tables a block: 3 fit an SM; 512 or 1024 threads at 64
+                           # registers: 2 or 1, the same 32 warps); default_span picks one per group size
 
 
 def group_ok(K: int, group: int) -> Optional[str]:
@@ -95,33 +90,19 @@ def span_slices(K: int) -> int:
     return -(-units(K) // SPAN_UNITS)
 
 
-def span_configs(group: int) -> tuple:
-    """The SPAN_CONFIGS the kernel takes at this group size: the rings only for groups of whole units (one (scale,
-    zero point) slot per unit: a stage is a chunk's 2 KB of codes and 512 B of slots)."""
-    return tuple(c for c in SPAN_CONFIGS if not (c[2] and group in (32, 64)))
-
-
-def span_smem(cfg: tuple, group: int) -> int:
-    """Dynamic shared memory of a lutspan block (span_smem in lowbit_lut.cu): the tables, and for a ring its stages
-    (codes and slots of one chunk) and an 8-byte mbarrier each, per warp."""
-    th, _, ring = cfg
-    slots = {32: 4, 64: 2}.get(group, 1)
-    return SPAN_TABLE_BYTES + (th // 32) * ring * (SPAN_COLS * 32 * (16 + 4 * slots) + 8)
-
-
-def default_span(group: int) -> tuple[int, int, int]:
-    """lutspan's (threads per block, blocks per SM, ring): 1024 x 1 for groups of whole units -- the fastest of the
-    six register configs at the three tilus_fig10 g128 shapes (H100, section 34: 42.4 / 25.0 / 13.5 us; 512 x 2 45.1 /
-    27.4 / 15.8) --, 256 x 2 for groups of 32 / 64 k, whose 2-4 slots a column spill at 64 registers (g32: 71.3 us at
-    256 x 2, 141.4 at 512 x 2). The rings (section 35) are not measured yet: not a default."""
-    return (256, 2, 0) if group in (32, 64) else (1024, 1, 0)
+def default_span(group: int) -> tuple[int, int]:
+    """lutspan's (threads per block, blocks per SM): 1024 x 1 for groups of whole units -- the fastest of the six at
+    the three tilus_fig10 g128 shapes (H100, section 34: 42.4 / 25.0 / 13.5 us; 512 x 2 45.1 / 27.4 / 15.8) --,
+    256 x 2 for groups of 32 / 64 k, whose 2-4 slots a column spill at 64 registers (g32: 71.3 us at 256 x 2, 141.4
+    at 512 x 2)."""
+    return (256, 2) if group in (32, 64) else (1024, 1)
 
 
 def span_nbx(K: int, N: int, sms: int, bps: int) -> int:
     """The span form's blocks along N per k span: as many as fill one wave of `bps` blocks per SM over the k spans,
     at most one per SPAN_COLS columns."""
-    if bps not in {c[1] for c in SPAN_CONFIGS}:
-        raise ValueError(f"blocks per SM {bps}: the span form takes {sorted({c[1] for c in SPAN_CONFIGS})}")
+    if bps not in {b for _, b in SPAN_CONFIGS}:
+        raise ValueError(f"blocks per SM {bps}: the span form takes {sorted({b for _, b in SPAN_CONFIGS})}")
     return max(1, min(-(-N // SPAN_COLS), bps * sms // span_slices(K)))
 
 

@@ -1,6 +1,6 @@
 """GPU comparison of the lut decode variants' launch configurations -- lut: k per block x column tiles per block;
-lutspan: threads per block x blocks per SM x ring (its codes through registers, or a ring of bulk copies) -- beside
-the regs variant, u1 at M = 1 (native/NOTES.md sections 33 to 35). Each configuration is checked against float64 first, then all are timed in alternating rounds with the harness's Timer
+lutspan: threads per block x blocks per SM -- beside the regs variant, u1 at M = 1 (native/NOTES.md sections 33 and 34). Each
+configuration is checked against float64 first, then all are timed in alternating rounds with the harness's Timer
 (L2 flush, CUDA events).
 
     python -m native.lut_tune [--points "8192,57344,128;28672,8192,128;8192,8192,128;8192,57344,-1"] [--samples 40]
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     from kernels import Unavailable
     from kernels.lowbit.formats import dequantize_ref, random_quantized
     from native import lowbit
-    from native.lowbit_lut import CT_CHOICES, KS_CHOICES, span_configs
+    from native.lowbit_lut import CT_CHOICES, KS_CHOICES, SPAN_CONFIGS
     if not torch.cuda.is_available():
         print("native.lut_tune: no CUDA GPU visible", file=sys.stderr)
         return 2
@@ -74,8 +74,7 @@ def main(argv=None) -> int:
         print(f"K={K} N={N} g={g}: default ks {regs.lut_ks} ct {regs.lut_ct}, span {regs.span_cfg}", flush=True)
         configs = [("lut", f"ks{ks}ct{ct}", dict(lut_ks=ks, lut_ct=ct))
                    for ks, ct in itertools.product(KS_CHOICES, CT_CHOICES)]
-        configs += [("lutspan", f"span{th}x{b}" + (f"r{r}" if r else ""), dict(span_cfg=(th, b, r)))
-                    for th, b, r in span_configs(g)]
+        configs += [("lutspan", f"span{th}x{b}", dict(span_cfg=(th, b))) for th, b in SPAN_CONFIGS]
         for variant, name, attrs in configs:
             f = lowbit.LowbitMatmul(regs.pw, regs.mod, None, variant)
             for k, v in attrs.items():

@@ -773,9 +773,9 @@ def test_lutspan_grid_fills_one_wave_of_its_blocks_per_sm():
     """span_nbx: bps blocks per SM over all the k spans (floor: no block left for a second wave), at most one block per
     4 columns, at least one; blocks per SM outside SPAN_CONFIGS refused."""
     import native.lowbit_lut as LUT
-    assert all(th in (256, 512, 1024) and ring in (0, 2, 3) for th, _, ring in LUT.SPAN_CONFIGS)
-    assert LUT.default_span(128) == LUT.default_span(-1) == (1024, 1, 0) and LUT.default_span(32) == (256, 2, 0)
-    assert all(LUT.default_span(g) in LUT.span_configs(g) for g in (32, 64, 128, 256, -1))
+    assert all(th in (256, 512, 1024) for th, _ in LUT.SPAN_CONFIGS)
+    assert LUT.default_span(128) == LUT.default_span(-1) == (1024, 1) and LUT.default_span(32) == (256, 2)
+    assert all(LUT.default_span(g) in LUT.SPAN_CONFIGS for g in (32, 64, 128, 256, -1))
     assert (LUT.span_slices(8192), LUT.span_nbx(8192, 57344, 132, 1)) == (2, 66)   # 132 = 1 x 132 blocks
     assert (LUT.span_slices(8192), LUT.span_nbx(8192, 57344, 132, 2)) == (2, 132)  # 264 = 2 x 132 blocks
     assert (LUT.span_slices(8192), LUT.span_nbx(8192, 57344, 132, 3)) == (2, 198)  # 396 = 3 x 132 blocks
@@ -785,21 +785,6 @@ def test_lutspan_grid_fills_one_wave_of_its_blocks_per_sm():
     assert LUT.span_nbx(600000, 4096, 4, 1) == 1                                  # more spans than slots
     with pytest.raises(ValueError):
         LUT.span_nbx(8192, 8192, 132, 4)
-
-
-def test_lutspan_rings_only_for_whole_unit_groups_and_within_an_sms_shared_memory():
-    """span_configs: the rings (bulk-copy stages of a chunk's codes and one slot per unit) only where a unit has one
-    (scale, zero point) slot; every config offered fits its blocks per SM in 228 KB (1 KB reserved a block) and a
-    block in the 227 KB it may opt in to, as the kernel's static_assert says for the largest rings."""
-    import native.lowbit_lut as LUT
-    assert {c[2] for c in LUT.span_configs(128)} == {0, 2, 3} == {c[2] for c in LUT.span_configs(-1)}
-    assert {c[2] for c in LUT.span_configs(32)} == {0} == {c[2] for c in LUT.span_configs(64)}
-    assert LUT.span_smem((1024, 1, 0), 32) == 64 * 1024
-    assert LUT.span_smem((1024, 1, 2), 128) == 64 * 1024 + 32 * 2 * (2048 + 512 + 8)
-    for g in (32, 64, 128, -1):
-        for cfg in LUT.span_configs(g):
-            smem = LUT.span_smem(cfg, g)
-            assert smem <= 227 * 1024 and cfg[1] * (smem + 1024) <= LUT.SMEM_PER_SM, (g, cfg)
 
 
 def test_lut_supports_u1_and_its_group_sizes_only():

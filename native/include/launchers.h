@@ -20,9 +20,7 @@ int native_lowbit_lut_ok(int K, int group);
 int native_lowbit_lut(const void *x, const void *words, const void *s, const void *z, float *ws, unsigned *cnt,
                       void *y, int K, int N, int group, int bf16, int ks, int ct, void *stream);
 // its span form (a lane per 128 k, a block per 4096 k and a contiguous range of columns; its own layout, the same
-// groups): nbx blocks of `threads` (256, 512 or 1024) along N (1 .. N / 4) per 4096 k; sz: (scale, zero point) pairs
-// (native/lowbit_lut.py, span_pack); ring: 0 (codes through registers) or 2 / 3 (a ring of that many chunks per warp in
-// shared memory, filled by bulk copies; groups of whole units only: -2 otherwise). A ring larger than the card's
-// shared memory per block fails its launch (cudaErrorInvalidValue).
+// groups): nbx blocks of `threads` (256 or 512) along N (1 .. N / 4) per 4096 k; sz: (scale, zero point) pairs
+// (native/lowbit_lut.py, span_pack).
 int native_lowbit_lut_span(const void *x, const void *words, const void *sz, float *ws, unsigned *cnt, void *y, int K,
-                           int N, int group, int bf16, int nbx, int threads, int ring, void *stream);
+                           int N, int group, int bf16, int nbx, int threads, void *stream);

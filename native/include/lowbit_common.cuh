@@ -98,11 +98,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       "DONE:\n"
       "}\n" ::"r"(bar), "r"(parity));  // no memory clobber: the kernel's __syncthreads right after orders the reads
 }
-// the same, for readers with no barrier after it: a compiler barrier keeps their shared loads below the wait
-__device__ __forceinline__ void mbar_wait_acquire(uint32_t bar, uint32_t parity) {
-  mbar_wait(bar, parity);
-  asm volatile("" ::: "memory");
-}
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 

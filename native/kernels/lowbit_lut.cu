@@ -16,7 +16,6 @@
 #include <cstdint>
 
 #include "launchers.h"
-#include "lowbit_common.cuh"
 
 namespace {
 constexpr int LUT_THREADS = 256;
@@ -262,24 +261,10 @@ __device__ __forceinline__ float2 span_pair(unsigned r, const __nv_bfloat16 *) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&r));
 }
 
-// A warp's ring (RING > 0): RING stages of one chunk each (its 4 columns' codes, then their slots), filled by bulk
-// copies (TMA) that one lane issues and an mbarrier per stage counts in bytes, behind the 64 KB of tables; then the
-// RING mbarriers of each warp.
-constexpr int SPAN_CODE_B = SPAN_COLS * 32 * 16;   // a chunk's codes: 2 KB
-template <int NS>
-__host__ __device__ constexpr int span_stage_b() { return SPAN_CODE_B + SPAN_COLS * 32 * 4 * NS; }
-template <int NS, int TH, int RING>
-__host__ __device__ constexpr int span_smem() { return SPAN_SMEM + (RING ? (TH / 32) * RING * (span_stage_b<NS>() + 8) : 0); }
-// the rings that SPAN_CONFIGS offers (native/lowbit_lut.py) fit the 227 KB a block may opt in to on sm_90
-static_assert(span_smem<1, 1024, 2>() <= 227 * 1024 && span_smem<1, 512, 3>() <= 227 * 1024 &&
-              2 * (span_smem<1, 256, 2>() + 1024) <= 228 * 1024, "a lutspan ring over the shared memory of an SM");
-
 // WPG: 1 or 2 -- groups of 32 or 64 k (a (scale, zero) slot per word or per pair of words); 0 -- groups of whole
 // units (one slot per unit). TH: threads per block, 256 (3 blocks per SM: 80 registers), 512 (2: 64 registers) or
-// 1024 (1: 64 registers), one table for all its warps. RING: 0 -- a warp's next chunk loads into registers while one
-// is summed (two register buffers); 2 or 3 -- a ring of RING chunks in shared memory per warp, filled by bulk copies
-// (the chunk RING ahead is issued as soon as a stage is read; groups of whole units only).
-template <typename T, int WPG, int TH, int RING>
+// 1024 (1: 64 registers), one table for all its warps.
+template <typename T, int WPG, int TH>
 __global__ void __launch_bounds__(TH, TH == 1024 ? 1 : TH == 512 ? 2 : 3) lowbit_lut_span_kernel(
     const T *__restrict__ x, const uint4 *__restrict__ words, const unsigned *__restrict__ sz,
     float *__restrict__ ws, unsigned *__restrict__ cnt, T *__restrict__ y, int K, int N) {
@@ -310,28 +295,7 @@ __global__ void __launch_bounds__(TH, TH == 1024 ? 1 : TH == 512 ? 2 : 3) lowbit
   // two buffers of codes and slots: the next chunk's load in flight while one is summed
   uint4 wa[SPAN_COLS], wb[SPAN_COLS];
   unsigned ra[SPAN_COLS][NS], rb[SPAN_COLS][NS];
-  // the ring's stages and mbarriers (RING > 0), the chunk at wp - lane / sp - NS lane copied whole
-  static_assert(RING == 0 || WPG == 0, "the ring is built for groups of whole units");
-  constexpr uint32_t STAGE_B = span_stage_b<NS>();
-  const uint32_t ring0 = lowbit::smem_u32(tab) + SPAN_SMEM + (uint32_t)(warp * RING) * STAGE_B;
-  const uint32_t bar0 = lowbit::smem_u32(tab) + SPAN_SMEM + (uint32_t)(S * RING) * STAGE_B + 8u * RING * warp;
-  auto issue = [&](int s, const uint4 *wq, const unsigned *sq) {   // lane 0: chunk (wq, sq) into stage s
-    lowbit::mbar_expect_tx(bar0 + 8 * s, STAGE_B);
-    lowbit::bulk_g2s(ring0 + s * STAGE_B, wq - lane, SPAN_CODE_B, bar0 + 8 * s);
-    lowbit::bulk_g2s(ring0 + s * STAGE_B + SPAN_CODE_B, sq - NS * lane, STAGE_B - SPAN_CODE_B, bar0 + 8 * s);
-  };
-  if constexpr (RING > 0) {   // the first RING chunks in flight while the tables are built
-    if (lane == 0) {
-#pragma unroll
-      for (int s = 0; s < RING; s++) lowbit::mbar_init(bar0 + 8 * s, 1);
-      lowbit::fence_mbar_init();
-#pragma unroll
-      for (int s = 0; s < RING; s++)
-        if (c + s * S < c1) issue(s, wp + s * STEP, sp + s * STEP * NS);
-    }
-  } else if (c < c1) {
-    load(wp, sp, wa, ra);   // in flight while the tables are built
-  }
+  if (c < c1) load(wp, sp, wa, ra);   // in flight while the tables are built
   // the tables: warp w builds chunks w, w + S, ... of every lane's unit (a lane its own unit's)
 #pragma unroll
   for (int q = 0; q < SPAN_UNITS / S; q++) {
@@ -390,34 +354,7 @@ __global__ void __launch_bounds__(TH, TH == 1024 ? 1 : TH == 512 ? 2 : 3) lowbit
       else atomicAdd(ws + n, v);
     }
   };
-  if constexpr (RING > 0) {   // stage s holds chunks s, s + RING, ... of the warp's (mbarrier phase: their round)
-    const char *ring = reinterpret_cast<const char *>(tab) + SPAN_SMEM + (size_t)warp * RING * STAGE_B;
-    const uint4 *wn = wp + RING * STEP;   // the next chunk to issue
-    const unsigned *sn = sp + RING * STEP * NS;
-    for (unsigned phase = 0; c < c1; phase ^= 1u) {
-#pragma unroll
-      for (int s = 0; s < RING; s++) {
-        if (c >= c1) break;
-        lowbit::mbar_wait_acquire(bar0 + 8 * s, phase);
-        const uint4 *cw = reinterpret_cast<const uint4 *>(ring + s * STAGE_B);
-        const unsigned *cs = reinterpret_cast<const unsigned *>(ring + s * STAGE_B + SPAN_CODE_B);
-#pragma unroll
-        for (int j = 0; j < SPAN_COLS; j++) {
-          wa[j] = cw[32 * j + lane];
-          ra[j][0] = cs[32 * j + lane];
-        }
-        __syncwarp();   // every lane's reads of stage s done before it is refilled
-        if (lane == 0 && c + RING * S < c1) {
-          lowbit::fence_proxy_async();
-          issue(s, wn, sn);
-        }
-        wn += STEP;
-        sn += STEP * NS;
-        sums(c, wa, ra);
-        c += S;
-      }
-    }
-  } else if constexpr (WPG == 0) {   // the buffers in turn (two copies of the loop body)
+  if constexpr (WPG == 0) {   // the buffers in turn (two copies of the loop body)
     for (; c < c1; c += 2 * S, wp += 2 * STEP, sp += 2 * STEP * NS) {
       if (c + S < c1) load(wp + STEP, sp + STEP * NS, wb, rb);   // the next chunk's codes while these are summed
       sums(c, wa, ra);
@@ -453,49 +390,37 @@ __global__ void __launch_bounds__(TH, TH == 1024 ? 1 : TH == 512 ? 2 : 3) lowbit
   }
 }
 
-template <typename T, int WPG, int TH, int RING>
+template <typename T, int WPG, int TH>
 int launch_span_th(const T *x, const uint4 *w, const unsigned *sz, float *ws, unsigned *cnt, T *y, int K, int N,
                    int nbx, cudaStream_t st) {
-  // 64 KB of tables (and the rings), above the default 48 KB: an attribute of the current device's function, which
-  // fails (cudaErrorInvalidValue) where the card's opt-in limit is smaller
-  constexpr int smem = span_smem<WPG ? 4 / WPG : 1, TH, RING>();
-  const cudaError_t e = cudaFuncSetAttribute(lowbit_lut_span_kernel<T, WPG, TH, RING>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  // 64 KB of dynamic shared memory, above the default 48 KB (an attribute of the current device's function)
+  const cudaError_t e = cudaFuncSetAttribute(lowbit_lut_span_kernel<T, WPG, TH>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, SPAN_SMEM);
   if (e != cudaSuccess) return (int)e;
   const dim3 grid(nbx, ((K + 127) / 128 + SPAN_UNITS - 1) / SPAN_UNITS);
-  lowbit_lut_span_kernel<T, WPG, TH, RING><<<grid, TH, smem, st>>>(x, w, sz, ws, cnt, y, K, N);
+  lowbit_lut_span_kernel<T, WPG, TH><<<grid, TH, SPAN_SMEM, st>>>(x, w, sz, ws, cnt, y, K, N);
   return (int)cudaGetLastError();
-}
-
-template <typename T, int WPG, int RING>
-int launch_span_r(const T *x, const uint4 *w, const unsigned *sz, float *ws, unsigned *cnt, T *y, int K, int N,
-                  int nbx, int threads, cudaStream_t st) {
-  return threads == 1024 ? launch_span_th<T, WPG, 1024, RING>(x, w, sz, ws, cnt, y, K, N, nbx, st)
-         : threads == 512  ? launch_span_th<T, WPG, 512, RING>(x, w, sz, ws, cnt, y, K, N, nbx, st)
-                           : launch_span_th<T, WPG, 256, RING>(x, w, sz, ws, cnt, y, K, N, nbx, st);
 }
 
 template <typename T, int WPG>
 int launch_span_g(const T *x, const uint4 *w, const unsigned *sz, float *ws, unsigned *cnt, T *y, int K, int N,
-                  int nbx, int threads, int ring, cudaStream_t st) {
-  if constexpr (WPG == 0) {
-    if (ring == 2) return launch_span_r<T, 0, 2>(x, w, sz, ws, cnt, y, K, N, nbx, threads, st);
-    if (ring == 3) return launch_span_r<T, 0, 3>(x, w, sz, ws, cnt, y, K, N, nbx, threads, st);
-  }
-  return launch_span_r<T, WPG, 0>(x, w, sz, ws, cnt, y, K, N, nbx, threads, st);
+                  int nbx, int threads, cudaStream_t st) {
+  return threads == 1024 ? launch_span_th<T, WPG, 1024>(x, w, sz, ws, cnt, y, K, N, nbx, st)
+         : threads == 512  ? launch_span_th<T, WPG, 512>(x, w, sz, ws, cnt, y, K, N, nbx, st)
+                           : launch_span_th<T, WPG, 256>(x, w, sz, ws, cnt, y, K, N, nbx, st);
 }
 
 template <typename T>
 int launch_span(const void *x, const void *words, const void *sz, float *ws, unsigned *cnt, void *y, int K, int N,
-                int group, int nbx, int threads, int ring, void *stream) {
+                int group, int nbx, int threads, void *stream) {
   const auto st = static_cast<cudaStream_t>(stream);
   const T *xt = static_cast<const T *>(x);
   const uint4 *wt = static_cast<const uint4 *>(words);
   const unsigned *szt = static_cast<const unsigned *>(sz);
   T *yt = static_cast<T *>(y);
-  if (group == 32) return launch_span_g<T, 1>(xt, wt, szt, ws, cnt, yt, K, N, nbx, threads, ring, st);
-  if (group == 64) return launch_span_g<T, 2>(xt, wt, szt, ws, cnt, yt, K, N, nbx, threads, ring, st);
-  return launch_span_g<T, 0>(xt, wt, szt, ws, cnt, yt, K, N, nbx, threads, ring, st);
+  if (group == 32) return launch_span_g<T, 1>(xt, wt, szt, ws, cnt, yt, K, N, nbx, threads, st);
+  if (group == 64) return launch_span_g<T, 2>(xt, wt, szt, ws, cnt, yt, K, N, nbx, threads, st);
+  return launch_span_g<T, 0>(xt, wt, szt, ws, cnt, yt, K, N, nbx, threads, st);
 }
 }  // namespace
 
@@ -517,10 +442,9 @@ int native_lowbit_lut(const void *x, const void *words, const void *s, const voi
 
 
 int native_lowbit_lut_span(const void *x, const void *words, const void *sz, float *ws, unsigned *cnt, void *y, int K,
-                           int N, int group, int bf16, int nbx, int threads, int ring, void *stream) {
+                           int N, int group, int bf16, int nbx, int threads, void *stream) {
   if (!native_lowbit_lut_ok(K, group) || (group > 0 && group != K && K % group)) return -1;
   if (nbx < 1 || nbx > (N + SPAN_COLS - 1) / SPAN_COLS || (threads != 256 && threads != 512 && threads != 1024)) return -2;
-  if (ring != 0 && (ring < 2 || ring > 3 || group == 32 || group == 64)) return -2;
-  return bf16 ? launch_span<__nv_bfloat16>(x, words, sz, ws, cnt, y, K, N, group, nbx, threads, ring, stream)
-              : launch_span<__half>(x, words, sz, ws, cnt, y, K, N, group, nbx, threads, ring, stream);
+  return bf16 ? launch_span<__nv_bfloat16>(x, words, sz, ws, cnt, y, K, N, group, nbx, threads, stream)
+              : launch_span<__half>(x, words, sz, ws, cnt, y, K, N, group, nbx, threads, stream);
 }
