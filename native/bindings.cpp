@@ -182,6 +182,26 @@ void lowbit_lut_span(at::Tensor x, at::Tensor words, at::Tensor sz, at::Tensor y
                 "lowbit_lut_span");
 }
 
+// the span form's memory side alone (a diagnostic: native/lut_tune.py --probe)
+void lowbit_lut_span_probe(at::Tensor words, at::Tensor sz, at::Tensor out, int64_t K, int64_t nbx, int64_t ahead) {
+  check_cuda_contig(words, "words");
+  check_cuda_contig(sz, "scale / zero pairs");
+  check_cuda_contig(out, "out");
+  TORCH_CHECK(words.scalar_type() == at::kInt && words.dim() == 5 && words.size(2) == 4 && words.size(3) == 32 &&
+              words.size(4) == 4, "words: int32 [spans, N / 4, 4, 32, 4]");
+  const int64_t spans = ((K + 127) / 128 + 31) / 32, chunks = words.size(1);
+  TORCH_CHECK(words.size(0) == spans, "words: ", spans, " spans for K = ", K);
+  TORCH_CHECK(sz.element_size() == 2 && sz.numel() == spans * chunks * 4 * 32 * 2,
+              "scale / zero pairs: [spans, N / 4, 4, 32, 1, 2] (one slot a unit)");
+  TORCH_CHECK(out.scalar_type() == at::kInt && out.numel() == 1, "out: one int32");
+  TORCH_CHECK(nbx >= 1 && nbx <= chunks, "lowbit_lut_span_probe: nbx ", nbx, " outside 1 .. ", chunks);
+  TORCH_CHECK(ahead == 1 || ahead == 2, "lowbit_lut_span_probe: ahead ", ahead, ": 1 or 2");
+  check_lut_err(native_lowbit_lut_span_probe(words.data_ptr(), sz.data_ptr(),
+                                             reinterpret_cast<unsigned *>(out.data_ptr<int32_t>()), (int)K,
+                                             (int)(4 * chunks), (int)nbx, (int)ahead, cur_stream()),
+                "lowbit_lut_span_probe");
+}
+
 int64_t lowbit_gemv_grid(const std::string &recipe, int64_t mt, bool xsplit, int64_t prof, bool out_bf16, int64_t MX,
                          int64_t slots, int64_t iters, int64_t nblocks, int64_t sms, int64_t grid,
                          int64_t variant) {
@@ -268,6 +288,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("lowbit_gemv_grid", &lowbit_gemv_grid);
   m.def("lowbit_lut", &lowbit_lut);
   m.def("lowbit_lut_span", &lowbit_lut_span);
+  m.def("lowbit_lut_span_probe", &lowbit_lut_span_probe);
   m.def("lowbit_dequant", &lowbit_dequant);
   m.def("lowbit_xsplit", &lowbit_xsplit);
   m.def("lowbit_fused_built", &lowbit_fused_built);

@@ -3,7 +3,13 @@ lutspan: threads per block x blocks per SM -- beside the regs variant, u1 at M =
 configuration is checked against float64 first, then all are timed in alternating rounds with the harness's Timer
 (L2 flush, CUDA events).
 
+`--probe` adds the span form's memory side alone (`lowbit_lut_span_probe`: lutspan's grid at 1024 x 1, its loads of
+codes and slots with 1 or 2 chunks in flight per warp, no tables or lookups; native/NOTES.md section 36) at the
+points with groups of whole units, first checked to have read every word once (the XOR of all words), with the rate
+it reads their bytes at.
+
     python -m native.lut_tune [--points "8192,57344,128;28672,8192,128;8192,8192,128;8192,57344,-1"] [--samples 40]
+                              [--probe]
 """
 from __future__ import annotations
 
@@ -42,6 +48,7 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=2, help="alternating timing rounds")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--probe", action="store_true", help="also time the span form's loads alone (see above)")
     a = ap.parse_args(argv)
     try:
         points = parse_points(a.points)
@@ -87,6 +94,8 @@ def main(argv=None) -> int:
             print(f"  {name} err {e:.2e} {'ok' if ok else 'FAIL'} | {f.chosen_config(1)}", flush=True)
             if ok:
                 fns[name] = f
+        if a.probe and g not in (32, 64):
+            bad += _add_probes(fns, regs, K, N)
         res = {k: [] for k in fns}
         for _ in range(a.rounds):
             for k, f in fns.items():
@@ -94,6 +103,10 @@ def main(argv=None) -> int:
         for k, ts in res.items():
             print(f"  {k:10s} us " + " / ".join(f"{t.median_ms * 1e3:.1f} ({t.p10_ms * 1e3:.1f}-{t.p90_ms * 1e3:.1f})"
                                                 for t in ts), flush=True)
+            if k.startswith("probe"):
+                nbytes = regs.pw.span[0].nbytes + regs.pw.span[1].nbytes
+                print(f"  {k:10s} reads {nbytes / 1e6:.1f} MB at "
+                      + " / ".join(f"{nbytes / t.median_ms / 1e9:.2f}" for t in ts) + " TB/s", flush=True)
             rows.append(dict(K=K, N=N, group=g, config=k, median_us=[t.median_ms * 1e3 for t in ts],
                              p10_us=[t.p10_ms * 1e3 for t in ts], p90_us=[t.p90_ms * 1e3 for t in ts]))
         del qw, fns, regs
@@ -102,6 +115,30 @@ def main(argv=None) -> int:
         with open(a.json, "w") as fh:
             json.dump({"points": rows}, fh, indent=1)
     return 1 if bad else 0
+
+
+def _add_probes(fns: dict, regs, K: int, N: int) -> int:
+    """fns["probe1"], fns["probe2"]: the span probe at lutspan's 1024 x 1 grid with 1 / 2 chunks in flight per warp,
+    each first checked to XOR every code and slot word once; returns the number that failed the check."""
+    import numpy as np
+    import torch
+    from native.lowbit_lut import span_nbx
+    words, sz = regs.pw.span
+    want = int(np.bitwise_xor.reduce(np.concatenate([words.cpu().numpy().view(np.uint32).ravel(),
+                                                     sz.contiguous().cpu().numpy().view(np.uint32).ravel()])))
+    nbx = span_nbx(K, N, regs.sms, 1)
+    bad = 0
+    for ahead in (1, 2):
+        out = torch.zeros(1, dtype=torch.int32, device=words.device)
+        regs.mod.lowbit_lut_span_probe(words, sz, out, K, nbx, ahead)
+        got = int(out.item()) & 0xFFFFFFFF
+        ok = got == want
+        bad += not ok
+        print(f"  probe{ahead}    xor {got:08x} (want {want:08x}) {'ok' if ok else 'FAIL'} | span 1024 x 1 grid "
+              f"{nbx} x spans, {ahead} chunk(s) in flight per warp, no lookups", flush=True)
+        if ok:
+            fns[f"probe{ahead}"] = lambda _x, o=out, a=ahead: regs.mod.lowbit_lut_span_probe(words, sz, o, K, nbx, a)
+    return bad
 
 
 if __name__ == "__main__":

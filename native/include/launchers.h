@@ -24,3 +24,8 @@ int native_lowbit_lut(const void *x, const void *words, const void *s, const voi
 // (native/lowbit_lut.py, span_pack).
 int native_lowbit_lut_span(const void *x, const void *words, const void *sz, float *ws, unsigned *cnt, void *y, int K,
                            int N, int group, int bf16, int nbx, int threads, void *stream);
+// its memory side alone (a diagnostic): the span form's grid (nbx x spans, 1024 threads) and loads of codes and
+// slots (groups of whole units: one slot word per cell), `ahead` (1 or 2) chunks in flight per warp, no lookups; the
+// XOR of every word read is XOR'ed into *out.
+int native_lowbit_lut_span_probe(const void *words, const void *sz, unsigned *out, int K, int N, int nbx, int ahead,
+                                 void *stream);

@@ -422,7 +422,67 @@ int launch_span(const void *x, const void *words, const void *sz, float *ws, uns
   if (group == 64) return launch_span_g<T, 2>(xt, wt, szt, ws, cnt, yt, K, N, nbx, threads, st);
   return launch_span_g<T, 0>(xt, wt, szt, ws, cnt, yt, K, N, nbx, threads, st);
 }
+// The span form's memory side alone (a diagnostic, native/NOTES.md section 36): the same grid, the same walk of a
+// warp over its chunks and the same loads of codes and slots as lowbit_lut_span_kernel, AHEAD chunks in flight per
+// warp, and no tables or lookups: every word read is XOR'ed into *out (one word for the launch), so that the loads
+// stay and a caller can check that each word was read once. Groups of whole units (one slot word per cell) only.
+template <int AHEAD, int TH>
+__global__ void __launch_bounds__(TH, 1) lowbit_lut_span_probe_kernel(const uint4 *__restrict__ words,
+                                                                     const unsigned *__restrict__ sz,
+                                                                     unsigned *__restrict__ out, int N) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int chunks = (N + SPAN_COLS - 1) / SPAN_COLS;
+  const int c0 = (int)((long long)blockIdx.x * chunks / gridDim.x);
+  const int c1 = (int)((long long)(blockIdx.x + 1) * chunks / gridDim.x);
+  constexpr int S = TH / 32;
+  const size_t span0 = (size_t)blockIdx.y * chunks * SPAN_COLS * 32;
+  uint4 w[AHEAD][SPAN_COLS];
+  unsigned r[AHEAD][SPAN_COLS];
+  auto load = [&](int a, int c) {   // chunk c into buffer a: its codes and its slots
+    const size_t cell = span0 + (size_t)SPAN_COLS * 32 * c + lane;
+#pragma unroll
+    for (int j = 0; j < SPAN_COLS; j++) {
+      w[a][j] = __ldg(words + cell + 32 * j);
+      r[a][j] = __ldg(sz + cell + 32 * j);
+    }
+  };
+  unsigned acc = 0u;
+  int c = c0 + warp;
+#pragma unroll
+  for (int a = 0; a < AHEAD; a++)
+    if (c + a * S < c1) load(a, c + a * S);
+  while (c < c1) {
+#pragma unroll
+    for (int a = 0; a < AHEAD; a++) {
+      if (c >= c1) break;
+#pragma unroll
+      for (int j = 0; j < SPAN_COLS; j++) acc ^= w[a][j].x ^ w[a][j].y ^ w[a][j].z ^ w[a][j].w ^ r[a][j];
+      if (c + AHEAD * S < c1) load(a, c + AHEAD * S);
+      c += S;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0 && acc) atomicXor(out, acc);
+}
+
+template <int AHEAD>
+int launch_probe(const void *words, const void *sz, unsigned *out, int K, int N, int nbx, cudaStream_t st) {
+  const dim3 grid(nbx, ((K + 127) / 128 + SPAN_UNITS - 1) / SPAN_UNITS);
+  lowbit_lut_span_probe_kernel<AHEAD, 1024><<<grid, 1024, 0, st>>>(static_cast<const uint4 *>(words),
+                                                                    static_cast<const unsigned *>(sz), out, N);
+  return (int)cudaGetLastError();
+}
 }  // namespace
+
+int native_lowbit_lut_span_probe(const void *words, const void *sz, unsigned *out, int K, int N, int nbx, int ahead,
+                                 void *stream) {
+  if (nbx < 1 || nbx > (N + SPAN_COLS - 1) / SPAN_COLS) return -2;
+  const auto st = static_cast<cudaStream_t>(stream);
+  return ahead == 1 ? launch_probe<1>(words, sz, out, K, N, nbx, st)
+         : ahead == 2 ? launch_probe<2>(words, sz, out, K, N, nbx, st)
+                      : -2;   // 3 would spill at the 64 registers of 1024 threads
+}
 
 int native_lowbit_lut_ok(int K, int group) {
   if (K <= 0) return 0;
