@@ -426,10 +426,12 @@ int launch_span(const void *x, const void *words, const void *sz, float *ws, uns
 // warp over its chunks and the same loads of codes and slots as lowbit_lut_span_kernel, AHEAD chunks in flight per
 // warp, and no tables or lookups: every word read is XOR'ed into *out (one word for the launch), so that the loads
 // stay and a caller can check that each word was read once. Groups of whole units (one slot word per cell) only.
+// contig: 0 -- lutspan's walk (warp w takes the block's chunks w, w + 32, ...: the 32 warps side by side); 1 -- each
+// warp a contiguous run of the block's chunks (an alternative walk, to be measured before any kernel takes it).
 template <int AHEAD, int TH>
 __global__ void __launch_bounds__(TH, 1) lowbit_lut_span_probe_kernel(const uint4 *__restrict__ words,
                                                                      const unsigned *__restrict__ sz,
-                                                                     unsigned *__restrict__ out, int N) {
+                                                                     unsigned *__restrict__ out, int N, int contig) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int chunks = (N + SPAN_COLS - 1) / SPAN_COLS;
   const int c0 = (int)((long long)blockIdx.x * chunks / gridDim.x);
@@ -447,18 +449,21 @@ __global__ void __launch_bounds__(TH, 1) lowbit_lut_span_probe_kernel(const uint
     }
   };
   unsigned acc = 0u;
-  int c = c0 + warp;
+  const int q = (c1 - c0 + S - 1) / S;   // a warp's run of chunks (contig)
+  const int step = contig ? 1 : S;
+  int c = contig ? c0 + warp * q : c0 + warp;
+  const int end = contig ? min(c1, c + q) : c1;
 #pragma unroll
   for (int a = 0; a < AHEAD; a++)
-    if (c + a * S < c1) load(a, c + a * S);
-  while (c < c1) {
+    if (c + a * step < end) load(a, c + a * step);
+  while (c < end) {
 #pragma unroll
     for (int a = 0; a < AHEAD; a++) {
-      if (c >= c1) break;
+      if (c >= end) break;
 #pragma unroll
       for (int j = 0; j < SPAN_COLS; j++) acc ^= w[a][j].x ^ w[a][j].y ^ w[a][j].z ^ w[a][j].w ^ r[a][j];
-      if (c + AHEAD * S < c1) load(a, c + AHEAD * S);
-      c += S;
+      if (c + AHEAD * step < end) load(a, c + AHEAD * step);
+      c += step;
     }
   }
 #pragma unroll
@@ -467,20 +472,21 @@ __global__ void __launch_bounds__(TH, 1) lowbit_lut_span_probe_kernel(const uint
 }
 
 template <int AHEAD>
-int launch_probe(const void *words, const void *sz, unsigned *out, int K, int N, int nbx, cudaStream_t st) {
+int launch_probe(const void *words, const void *sz, unsigned *out, int K, int N, int nbx, int contig,
+                 cudaStream_t st) {
   const dim3 grid(nbx, ((K + 127) / 128 + SPAN_UNITS - 1) / SPAN_UNITS);
   lowbit_lut_span_probe_kernel<AHEAD, 1024><<<grid, 1024, 0, st>>>(static_cast<const uint4 *>(words),
-                                                                    static_cast<const unsigned *>(sz), out, N);
+                                                                    static_cast<const unsigned *>(sz), out, N, contig);
   return (int)cudaGetLastError();
 }
 }  // namespace
 
 int native_lowbit_lut_span_probe(const void *words, const void *sz, unsigned *out, int K, int N, int nbx, int ahead,
-                                 void *stream) {
-  if (nbx < 1 || nbx > (N + SPAN_COLS - 1) / SPAN_COLS) return -2;
+                                 int contig, void *stream) {
+  if (nbx < 1 || nbx > (N + SPAN_COLS - 1) / SPAN_COLS || (contig != 0 && contig != 1)) return -2;
   const auto st = static_cast<cudaStream_t>(stream);
-  return ahead == 1 ? launch_probe<1>(words, sz, out, K, N, nbx, st)
-         : ahead == 2 ? launch_probe<2>(words, sz, out, K, N, nbx, st)
+  return ahead == 1 ? launch_probe<1>(words, sz, out, K, N, nbx, contig, st)
+         : ahead == 2 ? launch_probe<2>(words, sz, out, K, N, nbx, contig, st)
                       : -2;   // 3 would spill at the 64 registers of 1024 threads
 }
 
