@@ -184,7 +184,7 @@ void lowbit_lut_span(at::Tensor x, at::Tensor words, at::Tensor sz, at::Tensor y
 
 // the span form's memory side alone (a diagnostic: native/lut_tune.py --probe)
 void lowbit_lut_span_probe(at::Tensor words, at::Tensor sz, at::Tensor out, int64_t K, int64_t nbx, int64_t ahead,
-                           bool contig) {
+                           bool contig, bool slots) {
   check_cuda_contig(words, "words");
   check_cuda_contig(sz, "scale / zero pairs");
   check_cuda_contig(out, "out");
@@ -199,7 +199,8 @@ void lowbit_lut_span_probe(at::Tensor words, at::Tensor sz, at::Tensor out, int6
   TORCH_CHECK(ahead == 1 || ahead == 2, "lowbit_lut_span_probe: ahead ", ahead, ": 1 or 2");
   check_lut_err(native_lowbit_lut_span_probe(words.data_ptr(), sz.data_ptr(),
                                              reinterpret_cast<unsigned *>(out.data_ptr<int32_t>()), (int)K,
-                                             (int)(4 * chunks), (int)nbx, (int)ahead, contig ? 1 : 0, cur_stream()),
+                                             (int)(4 * chunks), (int)nbx, (int)ahead, contig ? 1 : 0,
+                                             slots ? 1 : 0, cur_stream()),
                 "lowbit_lut_span_probe");
 }
 

@@ -4,9 +4,9 @@ configuration is checked against float64 first, then all are timed in alternatin
 (L2 flush, CUDA events).
 
 `--probe` adds the span form's memory side alone (`lowbit_lut_span_probe`: lutspan's grid at 1024 x 1, its loads of
-codes and slots with 1 or 2 chunks in flight per warp, no tables or lookups, and two other walks of the same bytes:
-PROBES; native/NOTES.md section 36) at the points with groups of whole units, each first checked to have read every
-word once (the XOR of all words), with the rate it reads their bytes at.
+codes and slots with 1 or 2 chunks in flight per warp, no tables or lookups; two other walks of the same bytes and
+the codes without the slots: PROBES; native/NOTES.md section 36) at the points with groups of whole units, each first
+checked to have read every word once (the XOR of what it reads), with the rate it reads its bytes at.
 
     python -m native.lut_tune [--points "8192,57344,128;28672,8192,128;8192,8192,128;8192,57344,-1"] [--samples 40]
                               [--probe]
@@ -104,7 +104,7 @@ def main(argv=None) -> int:
             print(f"  {k:10s} us " + " / ".join(f"{t.median_ms * 1e3:.1f} ({t.p10_ms * 1e3:.1f}-{t.p90_ms * 1e3:.1f})"
                                                 for t in ts), flush=True)
             if k.startswith("probe"):
-                nbytes = regs.pw.span[0].nbytes + regs.pw.span[1].nbytes
+                nbytes = regs.pw.span[0].nbytes + (regs.pw.span[1].nbytes if PROBES[k][3] else 0)
                 print(f"  {k:10s} reads {nbytes / 1e6:.1f} MB at "
                       + " / ".join(f"{nbytes / t.median_ms / 1e9:.2f}" for t in ts) + " TB/s", flush=True)
             rows.append(dict(K=K, N=N, group=g, config=k, median_us=[t.median_ms * 1e3 for t in ts],
@@ -117,34 +117,38 @@ def main(argv=None) -> int:
     return 1 if bad else 0
 
 
-# the probes: name -> (chunks in flight per warp, a contiguous run of chunks per warp, waves of 1024-thread blocks)
-PROBES = {"probe1": (1, False, 1), "probe2": (2, False, 1), "probe1c": (1, True, 1), "probe1w4": (1, False, 4)}
+# the probes: name -> (chunks in flight per warp, a contiguous run of chunks per warp, waves of 1024-thread blocks,
+# the slots read beside the codes)
+PROBES = {"probe1": (1, False, 1, True), "probe2": (2, False, 1, True), "probe1c": (1, True, 1, True),
+          "probe1w4": (1, False, 4, True), "probe1n": (1, False, 1, False)}
 
 
 def _add_probes(fns: dict, regs, K: int, N: int) -> int:
     """fns[name] for each of PROBES: the span probe (lutspan's 1024 x 1 grid and walk -- or a contiguous run of chunks
-    per warp, or 4 waves of blocks -- with 1 / 2 chunks in flight per warp), each first checked to XOR every code and
-    slot word once; returns the number that failed the check."""
+    per warp, or 4 waves of blocks -- with 1 / 2 chunks in flight per warp, the codes alone or with the slots), each
+    first checked to XOR every word it reads once; returns the number that failed the check."""
     import numpy as np
     import torch
     from native.lowbit_lut import SPAN_COLS, span_nbx
     words, sz = regs.pw.span
-    want = int(np.bitwise_xor.reduce(np.concatenate([words.cpu().numpy().view(np.uint32).ravel(),
-                                                     sz.contiguous().cpu().numpy().view(np.uint32).ravel()])))
+    xor_codes = int(np.bitwise_xor.reduce(words.cpu().numpy().view(np.uint32).ravel()))
+    xor_slots = int(np.bitwise_xor.reduce(sz.contiguous().cpu().numpy().view(np.uint32).ravel()))
     bad = 0
-    for name, (ahead, contig, waves) in PROBES.items():
+    for name, (ahead, contig, waves, slots) in PROBES.items():
+        want = xor_codes ^ (xor_slots if slots else 0)
         nbx = min(-(-N // SPAN_COLS), waves * span_nbx(K, N, regs.sms, 1))
         out = torch.zeros(1, dtype=torch.int32, device=words.device)
-        regs.mod.lowbit_lut_span_probe(words, sz, out, K, nbx, ahead, contig)
+        regs.mod.lowbit_lut_span_probe(words, sz, out, K, nbx, ahead, contig, slots)
         got = int(out.item()) & 0xFFFFFFFF
         ok = got == want
         bad += not ok
         walk = "a contiguous run" if contig else "lutspan walk"
         print(f"  {name:9s} xor {got:08x} (want {want:08x}) {'ok' if ok else 'FAIL'} | 1024 threads, grid {nbx} x "
-              f"spans, {ahead} chunk(s) in flight per warp, {walk}, no lookups", flush=True)
+              f"spans, {ahead} chunk(s) in flight per warp, {walk}, {'codes and slots' if slots else 'codes only'}, "
+              "no lookups", flush=True)
         if ok:
-            fns[name] = (lambda _x, o=out, n=nbx, a=ahead, c=contig:
-                         regs.mod.lowbit_lut_span_probe(words, sz, o, K, n, a, c))
+            fns[name] = (lambda _x, o=out, n=nbx, a=ahead, c=contig, s=slots:
+                         regs.mod.lowbit_lut_span_probe(words, sz, o, K, n, a, c, s))
     return bad
 
 

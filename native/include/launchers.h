@@ -26,6 +26,7 @@ int native_lowbit_lut_span(const void *x, const void *words, const void *sz, flo
                            int N, int group, int bf16, int nbx, int threads, void *stream);
 // its memory side alone (a diagnostic): the span form's grid (nbx x spans, 1024 threads) and loads of codes and
 // slots (groups of whole units: one slot word per cell), `ahead` (1 or 2) chunks in flight per warp, no lookups; the
-// XOR of every word read is XOR'ed into *out. contig: 0 lutspan's walk, 1 a contiguous run of chunks per warp.
+// XOR of every word read is XOR'ed into *out. contig: 0 lutspan's walk, 1 a contiguous run of chunks per warp;
+// slots: 1 the codes and the slots, 0 the codes only.
 int native_lowbit_lut_span_probe(const void *words, const void *sz, unsigned *out, int K, int N, int nbx, int ahead,
-                                 int contig, void *stream);
+                                 int contig, int slots, void *stream);

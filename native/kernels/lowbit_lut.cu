@@ -428,10 +428,12 @@ int launch_span(const void *x, const void *words, const void *sz, float *ws, uns
 // stay and a caller can check that each word was read once. Groups of whole units (one slot word per cell) only.
 // contig: 0 -- lutspan's walk (warp w takes the block's chunks w, w + 32, ...: the 32 warps side by side); 1 -- each
 // warp a contiguous run of the block's chunks (an alternative walk, to be measured before any kernel takes it).
+// slots: 0 -- the codes only (what the second stream, the slots', costs).
 template <int AHEAD, int TH>
 __global__ void __launch_bounds__(TH, 1) lowbit_lut_span_probe_kernel(const uint4 *__restrict__ words,
                                                                      const unsigned *__restrict__ sz,
-                                                                     unsigned *__restrict__ out, int N, int contig) {
+                                                                     unsigned *__restrict__ out, int N, int contig,
+                                                                     int slots) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int chunks = (N + SPAN_COLS - 1) / SPAN_COLS;
   const int c0 = (int)((long long)blockIdx.x * chunks / gridDim.x);
@@ -445,7 +447,7 @@ __global__ void __launch_bounds__(TH, 1) lowbit_lut_span_probe_kernel(const uint
 #pragma unroll
     for (int j = 0; j < SPAN_COLS; j++) {
       w[a][j] = __ldg(words + cell + 32 * j);
-      r[a][j] = __ldg(sz + cell + 32 * j);
+      r[a][j] = slots ? __ldg(sz + cell + 32 * j) : 0u;
     }
   };
   unsigned acc = 0u;
@@ -472,21 +474,23 @@ __global__ void __launch_bounds__(TH, 1) lowbit_lut_span_probe_kernel(const uint
 }
 
 template <int AHEAD>
-int launch_probe(const void *words, const void *sz, unsigned *out, int K, int N, int nbx, int contig,
+int launch_probe(const void *words, const void *sz, unsigned *out, int K, int N, int nbx, int contig, int slots,
                  cudaStream_t st) {
   const dim3 grid(nbx, ((K + 127) / 128 + SPAN_UNITS - 1) / SPAN_UNITS);
   lowbit_lut_span_probe_kernel<AHEAD, 1024><<<grid, 1024, 0, st>>>(static_cast<const uint4 *>(words),
-                                                                    static_cast<const unsigned *>(sz), out, N, contig);
+                                                                    static_cast<const unsigned *>(sz), out, N, contig,
+                                                                    slots);
   return (int)cudaGetLastError();
 }
 }  // namespace
 
 int native_lowbit_lut_span_probe(const void *words, const void *sz, unsigned *out, int K, int N, int nbx, int ahead,
-                                 int contig, void *stream) {
-  if (nbx < 1 || nbx > (N + SPAN_COLS - 1) / SPAN_COLS || (contig != 0 && contig != 1)) return -2;
+                                 int contig, int slots, void *stream) {
+  if (nbx < 1 || nbx > (N + SPAN_COLS - 1) / SPAN_COLS || (contig != 0 && contig != 1) || (slots != 0 && slots != 1))
+    return -2;
   const auto st = static_cast<cudaStream_t>(stream);
-  return ahead == 1 ? launch_probe<1>(words, sz, out, K, N, nbx, contig, st)
-         : ahead == 2 ? launch_probe<2>(words, sz, out, K, N, nbx, contig, st)
+  return ahead == 1 ? launch_probe<1>(words, sz, out, K, N, nbx, contig, slots, st)
+         : ahead == 2 ? launch_probe<2>(words, sz, out, K, N, nbx, contig, slots, st)
                       : -2;   // 3 would spill at the 64 registers of 1024 threads
 }
 
