@@ -22,6 +22,12 @@ import sys
 DEFAULT_POINTS = "8192,57344,128;28672,8192,128;8192,8192,128;8192,57344,-1"
 
 
+# the probes: name -> (chunks in flight per warp, a contiguous run of chunks per warp, waves of 1024-thread blocks,
+# the slots read beside the codes)
+PROBES = {"probe1": (1, False, 1, True), "probe2": (2, False, 1, True), "probe1c": (1, True, 1, True),
+          "probe1w4": (1, False, 4, True), "probe1n": (1, False, 1, False)}
+
+
 def parse_points(text: str) -> list[tuple[int, int, int]]:
     """"K,N,GROUP;..." -> [(K, N, group)]; ValueError with the offending point."""
     out = []
@@ -58,6 +64,8 @@ def main(argv=None) -> int:
         ap.error("--samples and --rounds must be at least 1")
     if a.json and os.path.isdir(a.json):
         ap.error(f"--json {a.json}: is a directory, not a file")
+    if a.json and not os.path.isdir(os.path.dirname(os.path.abspath(a.json))):
+        ap.error(f"--json {a.json}: its folder does not exist")
     import torch
     from harness.timing import Timer
     from kernels import Unavailable
@@ -94,7 +102,9 @@ def main(argv=None) -> int:
             print(f"  {name} err {e:.2e} {'ok' if ok else 'FAIL'} | {f.chosen_config(1)}", flush=True)
             if ok:
                 fns[name] = f
-        if a.probe and g not in (32, 64):
+        if a.probe and g in (32, 64):
+            print(f"  probes: not run at g{g} (the probe reads one (scale, zero point) slot per unit)", flush=True)
+        elif a.probe:
             bad += _add_probes(fns, regs, K, N)
         res = {k: [] for k in fns}
         for _ in range(a.rounds):
@@ -115,12 +125,6 @@ def main(argv=None) -> int:
         with open(a.json, "w") as fh:
             json.dump({"points": rows}, fh, indent=1)
     return 1 if bad else 0
-
-
-# the probes: name -> (chunks in flight per warp, a contiguous run of chunks per warp, waves of 1024-thread blocks,
-# the slots read beside the codes)
-PROBES = {"probe1": (1, False, 1, True), "probe2": (2, False, 1, True), "probe1c": (1, True, 1, True),
-          "probe1w4": (1, False, 4, True), "probe1n": (1, False, 1, False)}
 
 
 def _add_probes(fns: dict, regs, K: int, N: int) -> int:

@@ -828,7 +828,8 @@ def test_lut_variant_is_u1_at_one_tile_and_not_instrumented():
                                       (["--points", "0,64,128"], "must be positive"),
                                       (["--samples", "0"], "at least 1"),
                                       (["--samples", "many"], "invalid int value"),
-                                      (["--json", "."], "is a directory")])
+                                      (["--json", "."], "is a directory"),
+                                      (["--json", "/nonexistent-dir/x.json"], "folder does not exist")])
 def test_lut_tune_rejects_bad_arguments_before_any_gpu_work(argv, msg, capsys):
     from native import lut_tune
     with pytest.raises(SystemExit) as e:
