@@ -204,6 +204,23 @@ void lowbit_lut_span_probe(at::Tensor words, at::Tensor sz, at::Tensor out, int6
                 "lowbit_lut_span_probe");
 }
 
+// the plainest fast reader of two buffers' bytes (the probe's yardstick: native/lut_tune.py --probe)
+void stream_read_xor(at::Tensor a, at::Tensor b, at::Tensor out, int64_t blocks, int64_t threads) {
+  check_cuda_contig(a, "a");
+  check_cuda_contig(b, "b");
+  check_cuda_contig(out, "out");
+  for (const at::Tensor *t : {&a, &b})
+    TORCH_CHECK(t->nbytes() % 16 == 0 && reinterpret_cast<uintptr_t>(t->data_ptr()) % 16 == 0,
+                "stream_read_xor: buffers of whole, aligned 16-byte words");
+  TORCH_CHECK(out.scalar_type() == at::kInt && out.numel() == 1, "out: one int32");
+  TORCH_CHECK(blocks >= 1 && (threads == 256 || threads == 512 || threads == 1024),
+              "stream_read_xor: blocks >= 1, threads 256 / 512 / 1024");
+  check(native_stream_read_xor(a.data_ptr(), (long long)(a.nbytes() / 16), b.data_ptr(), (long long)(b.nbytes() / 16),
+                               reinterpret_cast<unsigned *>(out.data_ptr<int32_t>()), (int)blocks, (int)threads,
+                               cur_stream()),
+        "stream_read_xor");
+}
+
 int64_t lowbit_gemv_grid(const std::string &recipe, int64_t mt, bool xsplit, int64_t prof, bool out_bf16, int64_t MX,
                          int64_t slots, int64_t iters, int64_t nblocks, int64_t sms, int64_t grid,
                          int64_t variant) {
@@ -291,6 +308,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("lowbit_lut", &lowbit_lut);
   m.def("lowbit_lut_span", &lowbit_lut_span);
   m.def("lowbit_lut_span_probe", &lowbit_lut_span_probe);
+  m.def("stream_read_xor", &stream_read_xor);
   m.def("lowbit_dequant", &lowbit_dequant);
   m.def("lowbit_xsplit", &lowbit_xsplit);
   m.def("lowbit_fused_built", &lowbit_fused_built);

@@ -6,7 +6,8 @@ configuration is checked against float64 first, then all are timed in alternatin
 `--probe` adds the span form's memory side alone (`lowbit_lut_span_probe`: lutspan's grid at 1024 x 1, its loads of
 codes and slots with 1 or 2 chunks in flight per warp, no tables or lookups; two other walks of the same bytes and
 the codes without the slots: PROBES; native/NOTES.md section 36) at the points with groups of whole units, each first
-checked to have read every word once (the XOR of what it reads), with the rate it reads its bytes at.
+checked to have read every word once (the XOR of what it reads), with the rate it reads its bytes at; and beside
+them two yardsticks on the same bytes: the plainest fast reader (flat 16-byte loads: FLAT) and cuBLAS f16.
 
     python -m native.lut_tune [--points "8192,57344,128;28672,8192,128;8192,8192,128;8192,57344,-1"] [--samples 40]
                               [--probe]
@@ -26,6 +27,10 @@ DEFAULT_POINTS = "8192,57344,128;28672,8192,128;8192,8192,128;8192,57344,-1"
 # the slots read beside the codes)
 PROBES = {"probe1": (1, False, 1, True), "probe2": (2, False, 1, True), "probe1c": (1, True, 1, True),
           "probe1w4": (1, False, 4, True), "probe1n": (1, False, 1, False)}
+# the yardsticks timed beside them on the same bytes (codes and slots): the plainest fast reader (stream_read_xor:
+# flat, 16-byte loads, 4 in flight per thread) at blocks per SM x threads, and cuBLAS f16 on as many bytes (the
+# harness's read_ref)
+FLAT = {"flat1": (1, 1024), "flat8": (8, 256)}
 
 
 def parse_points(text: str) -> list[tuple[int, int, int]]:
@@ -76,6 +81,7 @@ def main(argv=None) -> int:
         print("native.lut_tune: no CUDA GPU visible", file=sys.stderr)
         return 2
     timer, rows, bad = Timer(samples=a.samples), [], 0
+    probe_bytes: dict[str, int] = {}   # the readers' names -> the bytes each reads
     for K, N, g in points:
         qw = random_quantized(K, N, "u1", g, torch.float16, seed=K + N + g, device="cuda")
         x = torch.randn(1, K, dtype=torch.float16, device="cuda")
@@ -105,7 +111,7 @@ def main(argv=None) -> int:
         if a.probe and g in (32, 64):
             print(f"  probes: not run at g{g} (the probe reads one (scale, zero point) slot per unit)", flush=True)
         elif a.probe:
-            bad += _add_probes(fns, regs, K, N)
+            bad += _add_probes(fns, probe_bytes, regs, K, N)
         res = {k: [] for k in fns}
         for _ in range(a.rounds):
             for k, f in fns.items():
@@ -113,13 +119,14 @@ def main(argv=None) -> int:
         for k, ts in res.items():
             print(f"  {k:10s} us " + " / ".join(f"{t.median_ms * 1e3:.1f} ({t.p10_ms * 1e3:.1f}-{t.p90_ms * 1e3:.1f})"
                                                 for t in ts), flush=True)
-            if k.startswith("probe"):
-                nbytes = regs.pw.span[0].nbytes + (regs.pw.span[1].nbytes if PROBES[k][3] else 0)
+            if k in probe_bytes:
+                nbytes = probe_bytes[k]
                 print(f"  {k:10s} reads {nbytes / 1e6:.1f} MB at "
                       + " / ".join(f"{nbytes / t.median_ms / 1e9:.2f}" for t in ts) + " TB/s", flush=True)
             rows.append(dict(K=K, N=N, group=g, config=k, median_us=[t.median_ms * 1e3 for t in ts],
                              p10_us=[t.p10_ms * 1e3 for t in ts], p90_us=[t.p90_ms * 1e3 for t in ts]))
         del qw, fns, regs
+        probe_bytes.clear()
         torch.cuda.empty_cache()
     if a.json:
         with open(a.json, "w") as fh:
@@ -127,12 +134,15 @@ def main(argv=None) -> int:
     return 1 if bad else 0
 
 
-def _add_probes(fns: dict, regs, K: int, N: int) -> int:
+def _add_probes(fns: dict, nbytes: dict, regs, K: int, N: int) -> int:
     """fns[name] for each of PROBES: the span probe (lutspan's 1024 x 1 grid and walk -- or a contiguous run of chunks
-    per warp, or 4 waves of blocks -- with 1 / 2 chunks in flight per warp, the codes alone or with the slots), each
-    first checked to XOR every word it reads once; returns the number that failed the check."""
+    per warp, or 4 waves of blocks -- with 1 / 2 chunks in flight per warp, the codes alone or with the slots), and
+    for each of FLAT and cuBLAS the same bytes read by a yardstick; each first checked (the probes and FLAT to XOR
+    every word they read once, cuBLAS against float64); nbytes[name] = the bytes it reads. Returns the number that
+    failed its check."""
     import numpy as np
     import torch
+    from harness.benchmarks.matmul import read_ref_n
     from native.lowbit_lut import SPAN_COLS, span_nbx
     words, sz = regs.pw.span
     xor_codes = int(np.bitwise_xor.reduce(words.cpu().numpy().view(np.uint32).ravel()))
@@ -153,6 +163,32 @@ def _add_probes(fns: dict, regs, K: int, N: int) -> int:
         if ok:
             fns[name] = (lambda _x, o=out, n=nbx, a=ahead, c=contig, s=slots:
                          regs.mod.lowbit_lut_span_probe(words, sz, o, K, n, a, c, s))
+            nbytes[name] = words.nbytes + (sz.nbytes if slots else 0)
+    want = xor_codes ^ xor_slots
+    for name, (per_sm, threads) in FLAT.items():
+        out = torch.zeros(1, dtype=torch.int32, device=words.device)
+        regs.mod.stream_read_xor(words, sz, out, per_sm * regs.sms, threads)
+        got = int(out.item()) & 0xFFFFFFFF
+        ok = got == want
+        bad += not ok
+        print(f"  {name:9s} xor {got:08x} (want {want:08x}) {'ok' if ok else 'FAIL'} | the same bytes read flat, "
+              f"{per_sm * regs.sms} x {threads} threads, 16-byte loads, 4 in flight per thread", flush=True)
+        if ok:
+            fns[name] = lambda _x, o=out, b=per_sm * regs.sms, t=threads: regs.mod.stream_read_xor(words, sz, o, b, t)
+            nbytes[name] = words.nbytes + sz.nbytes
+    n = read_ref_n(words.nbytes + sz.nbytes, K)
+    g = torch.Generator(device="cuda").manual_seed(K + n)
+    w = (torch.randn(K, n, generator=g, device="cuda") / K ** 0.5).half()
+    x = torch.randn(1, K, generator=g, device="cuda").half()
+    ref = x.double() @ w.double()
+    e = float((torch.matmul(x, w).double() - ref).norm() / ref.norm())
+    ok = e < 2e-3
+    bad += not ok
+    print(f"  cublas    err {e:.2e} {'ok' if ok else 'FAIL'} | cuBLAS f16 x[1,{K}] @ W[{K},{n}] (the same bytes)",
+          flush=True)
+    if ok:
+        fns["cublas"] = lambda _x: torch.matmul(x, w)
+        nbytes["cublas"] = w.nbytes
     return bad
 
 

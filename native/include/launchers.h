@@ -30,3 +30,7 @@ int native_lowbit_lut_span(const void *x, const void *words, const void *sz, flo
 // slots: 1 the codes and the slots, 0 the codes only.
 int native_lowbit_lut_span_probe(const void *words, const void *sz, unsigned *out, int K, int N, int nbx, int ahead,
                                  int contig, int slots, void *stream);
+// the plainest fast reader of the same bytes (the probe's yardstick): a[na16] then b[nb16] (16-byte words) read flat,
+// 4 loads in flight per thread, grid-stride over `blocks` x `threads` (256, 512 or 1024); the XOR into *out.
+int native_stream_read_xor(const void *a, long long na16, const void *b, long long nb16, unsigned *out, int blocks,
+                           int threads, void *stream);

@@ -482,6 +482,34 @@ int launch_probe(const void *words, const void *sz, unsigned *out, int K, int N,
                                                                     slots);
   return (int)cudaGetLastError();
 }
+
+// the plainest fast reader of the same bytes (a yardstick for the probe, lut_tune --probe): two buffers read flat with
+// 16-byte loads, U loads in flight per thread, grid-stride, the XOR of every word into *out
+template <int U>
+__global__ void stream_read_xor_kernel(const uint4 *__restrict__ a, long long na, const uint4 *__restrict__ b,
+                                       long long nb, unsigned *__restrict__ out) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  unsigned acc = 0u;
+  for (int pass = 0; pass < 2; pass++) {
+    const uint4 *p = pass ? b : a;
+    const long long n = pass ? nb : na;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + (U - 1) * stride < n; i += U * stride) {
+      uint4 v[U];
+#pragma unroll
+      for (int u = 0; u < U; u++) v[u] = __ldg(p + i + u * stride);
+#pragma unroll
+      for (int u = 0; u < U; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    for (; i < n; i += stride) {
+      const uint4 v = __ldg(p + i);
+      acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
+  if ((threadIdx.x & 31) == 0 && acc) atomicXor(out, acc);
+}
 }  // namespace
 
 int native_lowbit_lut_span_probe(const void *words, const void *sz, unsigned *out, int K, int N, int nbx, int ahead,
@@ -492,6 +520,14 @@ int native_lowbit_lut_span_probe(const void *words, const void *sz, unsigned *ou
   return ahead == 1 ? launch_probe<1>(words, sz, out, K, N, nbx, contig, slots, st)
          : ahead == 2 ? launch_probe<2>(words, sz, out, K, N, nbx, contig, slots, st)
                       : -2;   // 3 would spill at the 64 registers of 1024 threads
+}
+
+int native_stream_read_xor(const void *a, long long na16, const void *b, long long nb16, unsigned *out, int blocks,
+                           int threads, void *stream) {
+  if (blocks < 1 || (threads != 256 && threads != 512 && threads != 1024) || na16 < 0 || nb16 < 0) return -2;
+  stream_read_xor_kernel<4><<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const uint4 *>(a), na16, static_cast<const uint4 *>(b), nb16, out);
+  return (int)cudaGetLastError();
 }
 
 int native_lowbit_lut_ok(int K, int group) {
