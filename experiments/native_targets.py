@@ -57,10 +57,10 @@ def _limit(r) -> str:
     """The measured limit of a point that reads slower than cuBLAS does (native/NOTES.md sections 9, 23-29)."""
     if r["K"] * r["N"] <= 8192 * 8192:
         return "fixed part (launch, tail, flush write-back: ~8-17 us per call) against a floor of a few us"
-    if r.get("variant") in ("lut", "lutspan"):   # native/NOTES.md sections 33-36
-        return ("the stream of its codes (lutspan; a probe of its loads alone, without the table lookups, takes 87-89% "
-                "of its time on an H100: this grid and walk read at 2.0 TB/s, and more chunks in flight per warp, a "
-                "bulk-copy ring or L2 prefetches did not raise it)")
+    if r.get("variant") in ("lut", "lutspan"):   # native/NOTES.md sections 33-37
+        return ("the stream of its codes (lutspan; on an H100 its loads alone, without the table lookups, take 87-89% "
+                "of its time, and the plainest fast reader of the same bytes (flat 16-byte loads) takes as long: "
+                "no walk reads them faster in one call under this timer; the lookups cost the last ~10%)")
     if bits(r["weight_dtype"]) <= 2:   # native/NOTES.md sections 26, 28 and 29
         return ("issue-bound with few eligible warps: ncu at (8192, 57344) M=1 (regs): u1 1.65, u2 1.62 instructions issued per "
                 "weight (i4 2.21: the dequantize and the mma cost per weight, not per bit) at 45-48% of issue slots with "
