@@ -28,6 +28,17 @@ def test_decode_targets_met_missed_and_faster():
     assert t.loc["u2", "met"] == "no" and "issue-bound" in t.loc["u2", "why"]
     assert t.loc["u2", "faster than both"] == "yes" and abs(t.loc["u2", "% of floor"] - 40) < 1e-9
     assert t.loc["u8", "within spread"] == t.loc["u2", "within spread"] == "no"   # p10-p90 of +-2%: apart
+
+
+def test_low_bit_reason_by_batch():
+    """1-2 bit points: at M = 16 the reason is the two-tile ncu (section 38), at M = 1 the one-tile one."""
+    rows = []
+    for M in (1, 16):
+        rows += [_rows("native", "u2", M, "latency_ms", 0.080), _rows("native", "u2", M, "roofline_frac", 0.40),
+                 _rows("native", "u2", M, "floor_ms", 0.032)]
+    t = decode_targets(pd.DataFrame(rows)).set_index("M")
+    assert "M=16 on an H100" in t.loc[16, "why"] and "M=16 on an H100" not in t.loc[1, "why"]
+    assert "M=1 (regs)" in t.loc[1, "why"]
     assert decode_targets(pd.DataFrame([_rows("triton", "u4", 1, "latency_ms", 0.09)])).empty
 
 
