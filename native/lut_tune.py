@@ -134,19 +134,27 @@ def main(argv=None) -> int:
     return 1 if bad else 0
 
 
+def layout_xor(t) -> int:
+    """The XOR of every 32-bit word of a tensor's bytes (what a reader that reads each word once XORs together):
+    the probes' and the flat reader's check value."""
+    import numpy as np
+    a = t.contiguous().cpu().numpy().view(np.uint8).ravel()
+    if a.size % 4:
+        raise ValueError(f"{a.size} bytes: not whole 32-bit words")
+    return int(np.bitwise_xor.reduce(a.view(np.uint32))) if a.size else 0
+
+
 def _add_probes(fns: dict, nbytes: dict, regs, K: int, N: int) -> int:
     """fns[name] for each of PROBES: the span probe (lutspan's 1024 x 1 grid and walk -- or a contiguous run of chunks
     per warp, or 4 waves of blocks -- with 1 / 2 chunks in flight per warp, the codes alone or with the slots), and
     for each of FLAT and cuBLAS the same bytes read by a yardstick; each first checked (the probes and FLAT to XOR
     every word they read once, cuBLAS against float64); nbytes[name] = the bytes it reads. Returns the number that
     failed its check."""
-    import numpy as np
     import torch
     from harness.benchmarks.matmul import read_ref_n
     from native.lowbit_lut import SPAN_COLS, span_nbx
     words, sz = regs.pw.span
-    xor_codes = int(np.bitwise_xor.reduce(words.cpu().numpy().view(np.uint32).ravel()))
-    xor_slots = int(np.bitwise_xor.reduce(sz.contiguous().cpu().numpy().view(np.uint32).ravel()))
+    xor_codes, xor_slots = layout_xor(words), layout_xor(sz)
     bad = 0
     for name, (ahead, contig, waves, slots) in PROBES.items():
         want = xor_codes ^ (xor_slots if slots else 0)

@@ -838,3 +838,28 @@ def test_lut_tune_rejects_bad_arguments_before_any_gpu_work(argv, msg, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert msg in err[-1] and "Traceback" not in "\n".join(err)
     assert lut_tune.parse_points("8192,57344,128; 1000,300,-1") == [(8192, 57344, 128), (1000, 300, -1)]
+
+
+def test_lut_tune_layout_xor_is_what_reading_each_word_once_gives():
+    """The probes' check value: the XOR of every 32-bit word of the span layout's codes and of its (scale, zero) slots
+    (f16 pairs), the same whatever the dtype the bytes are viewed as; changing one word changes it by that word."""
+    import native.lowbit_lut as LUT
+    from native.lut_tune import layout_xor
+    K, N, g = 8192, 40, 128
+    qw = random_quantized(K, N, "u1", g, torch.float16, seed=3)
+    w, sz = LUT.span_pack(LUT.pack(qw.codes()), qw.scales, qw.zeros, K, g)
+    words = [int(v) & 0xFFFFFFFF for v in w.reshape(-1).tolist()]
+    want = 0
+    for v in words:
+        want ^= v
+    assert layout_xor(w) == want != 0
+    slots = sz.contiguous().view(torch.int32).reshape(-1).tolist()
+    want_s = 0
+    for v in slots:
+        want_s ^= int(v) & 0xFFFFFFFF
+    assert layout_xor(sz) == want_s
+    w2 = w.clone()
+    w2.view(-1)[17] ^= 0x5A5A5A5A
+    assert layout_xor(w2) == want ^ 0x5A5A5A5A
+    with pytest.raises(ValueError, match="whole 32-bit words"):
+        layout_xor(torch.zeros(3, dtype=torch.uint8))
