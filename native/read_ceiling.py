@@ -8,7 +8,7 @@ Readers, each checked before it is timed, all timed in alternating rounds at eve
                  checked against float64.
 Per reader a least-squares fit t = fixed + bytes / rate over the sizes, and each time as a fraction of the floor.
 
-    python -m native.read_ceiling [--mb 8,16,32,64,128,256,512,1024] [--samples 40] [--rounds 2] [--json out.json]
+    python -m native.read_ceiling [--mb 8,16,32,64,128,256,512,1024,2048] [--samples 40] [--rounds 2] [--json out.json]
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import os
 import statistics
 import sys
 
-DEFAULT_MB = "8,16,32,64,128,256,512,1024"
+DEFAULT_MB = "8,16,32,64,128,256,512,1024,2048"
 MAX_MB = 4096
 K_REF = 8192   # the cuBLAS reference's depth (the tilus_fig10 / fig11 K)
 FLAT = {"flat1": (1, 1024), "flat8": (8, 256)}   # name -> (blocks per SM, threads per block)
@@ -38,6 +38,12 @@ def parse_sizes(text: str) -> list[int]:
     if not out:
         raise ValueError("no sizes")
     return sorted(out)
+
+
+def half_words(mb: int) -> int:
+    """int32 words in each of the reader's two buffers for a size of `mb` MB in all: whole 16-byte words, together at
+    least mb * 1e6 bytes (exactly, where mb * 1e6 is a multiple of 32)."""
+    return 4 * -(-mb * 10**6 // 32)
 
 
 def fit(nbytes: list[float], us: list[float]) -> tuple[float, float]:
@@ -90,7 +96,7 @@ def main(argv=None) -> int:
     print(f"{torch.cuda.get_device_name(0)}: {sms} SMs, 4 GiB read {bw:.2f} TB/s (the floor's rate)", flush=True)
     rows, bad = [], 0
     for mb in sizes:
-        words = 16 * -(-mb * 10**6 // 64)   # whole 16-byte words in each half
+        words = half_words(mb)
         g = torch.Generator(device="cuda").manual_seed(mb)
         buf = torch.randint(-2**31, 2**31 - 1, (2 * words,), generator=g, device="cuda", dtype=torch.int32)
         lo, hi = buf[:words], buf[words:]

@@ -14,6 +14,13 @@ def test_parse_sizes_sorted_distinct_and_refusals():
             RC.parse_sizes(text)
 
 
+def test_buffer_sizes_are_the_size_asked_for_in_whole_16_byte_words():
+    for mb in (1, 8, 73, 2048):
+        w = RC.half_words(mb)
+        assert w % 4 == 0 and 2 * 4 * w == mb * 10**6     # two buffers of int32: mb MB in all
+    assert RC.half_words(1) * 8 >= 10**6
+
+
 def test_fit_recovers_fixed_part_and_rate():
     rate_tbs, fixed_us = 2.4, 7.0
     nbytes = [8e6, 64e6, 512e6]
