@@ -53,6 +53,17 @@ def parse_points(text: str) -> list[tuple[int, int, int]]:
     return out
 
 
+def check_run_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """The timing tools' common arguments (--samples, --rounds, --json), refused through ap.error (exit 2) before any
+    GPU work."""
+    if a.samples < 1 or a.rounds < 1:
+        ap.error("--samples and --rounds must be at least 1")
+    if a.json and os.path.isdir(a.json):
+        ap.error(f"--json {a.json}: is a directory, not a file")
+    if a.json and not os.path.isdir(os.path.dirname(os.path.abspath(a.json))):
+        ap.error(f"--json {a.json}: its folder does not exist")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", default=DEFAULT_POINTS, help="K,N,GROUP;... (u1 weights, f16 activations, M = 1)")
@@ -65,12 +76,7 @@ def main(argv=None) -> int:
         points = parse_points(a.points)
     except ValueError as e:
         ap.error(str(e))
-    if a.samples < 1 or a.rounds < 1:
-        ap.error("--samples and --rounds must be at least 1")
-    if a.json and os.path.isdir(a.json):
-        ap.error(f"--json {a.json}: is a directory, not a file")
-    if a.json and not os.path.isdir(os.path.dirname(os.path.abspath(a.json))):
-        ap.error(f"--json {a.json}: its folder does not exist")
+    check_run_args(ap, a)
     import torch
     from harness.timing import Timer
     from kernels import Unavailable

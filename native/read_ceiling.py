@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
+
+from native.lut_tune import check_run_args, layout_xor
 
 DEFAULT_MB = "8,16,32,64,128,256,512,1024,2048"
 MAX_MB = 4096
@@ -70,12 +71,7 @@ def main(argv=None) -> int:
         ap.error(str(e))
     if len(sizes) < 2:
         ap.error("--mb: at least two sizes (the fit)")
-    if a.samples < 1 or a.rounds < 1:
-        ap.error("--samples and --rounds must be at least 1")
-    if a.json and os.path.isdir(a.json):
-        ap.error(f"--json {a.json}: is a directory, not a file")
-    if a.json and not os.path.isdir(os.path.dirname(os.path.abspath(a.json))):
-        ap.error(f"--json {a.json}: its folder does not exist")
+    check_run_args(ap, a)
     import torch
     if not torch.cuda.is_available():
         print("native.read_ceiling: no CUDA GPU visible", file=sys.stderr)
@@ -84,7 +80,6 @@ def main(argv=None) -> int:
     from harness.timing import Timer, measure_read_bandwidth
     from kernels import Unavailable
     from native.build import build
-    from native.lut_tune import layout_xor
     try:
         mod = build()
     except Unavailable as e:
