@@ -64,6 +64,16 @@ __device__ __forceinline__ float xo(const float (&xs)[4], int c) {
   else return 0.f;
 }
 
+// LOWBIT_XT=1 (an A/B build; native/NOTES.md section 38): at two tiles, the sum of x for the zero point and the offsets
+// from one mma per tile and 32-k chunk instead of two: A = the tile's x fragments as loaded (bx[mt][0..3], a register
+// quad: A row g holds x row g's k with (k >> 1) & 1 == 0 -- the k of the offsets' half jk = 0 -- and row g + 8 the
+// others), B = ones, so D (any column) holds per x row its two half sums S0, S1 over the group's chunks; the fold forms
+// sum(x) = S0 + S1 and sum(offset x) = OFF0 S0 + OFF1 S1 in the lanes of row g and gathers each lane's rows 2t, 2t + 1
+// with 4 shuffles per tile.
+#ifndef LOWBIT_XT
+#define LOWBIT_XT 0
+#endif
+
 // Decode-kernel variants (GemvParams::variant; native/tune.py times them side by side):
 //   0 "base": the kernel measured on the H200 (1 Dec 2026): x staged with MX rows, B-fragment loads
 //     guarded per row, the loader's addresses recomputed per stage.
@@ -288,8 +298,33 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
 #pragma unroll
     for (int e = 0; e < 4; ++e) xs[mt][e] = 0.f;
 
+  constexpr bool TX = LOWBIT_XT != 0 && MT == 2 && (R::ZERO || OFF);   // LOWBIT_XT (above)
+  float xt[MT][4], off0 = 0.f, off1 = 0.f;   // TX: the half sums' accumulators; the offsets as f32
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) xt[mt][e] = 0.f;
+  if constexpr (TX && OFF) {
+    off0 = lo_f32<WB>(R::OFFA0);
+    off1 = lo_f32<WB>(R::OFFA1);
+  }
+
   // group flush: total += s * acc (- s * z * sum(x)), scales of staged group slot `sp`
   auto flush = [&](const uint8_t *sp) {
+    if constexpr (TX) {   // lane (g, t): x rows 2t and 2t + 1 of each tile, from lanes 8t and 8t + 4 (rows g = 2t, 2t + 1)
+      const int r0 = 8 * t, r1 = 8 * t + 4;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const float sx = xt[mt][0] + xt[mt][2];
+        xs[mt][0] = __shfl_sync(0xffffffffu, sx, r0);
+        xs[mt][1] = __shfl_sync(0xffffffffu, sx, r1);
+        if constexpr (OFF) {
+          const float so = fmaf(off0, xt[mt][0], off1 * xt[mt][2]);
+          xs[mt][2] = __shfl_sync(0xffffffffu, so, r0);
+          xs[mt][3] = __shfl_sync(0xffffffffu, so, r1);
+        }
+      }
+    }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       float s0, s1, z0 = 0.f, z1 = 0.f;
@@ -326,6 +361,12 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) xs[mt][e] = 0.f;
+    }
+    if constexpr (TX) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) xt[mt][e] = 0.f;
     }
   };
 
@@ -445,6 +486,10 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
       uint32_t a[16];
       if constexpr (OFF) R::deq_off(&w[kg * BITS], a, magic);
       else R::deq(&w[kg * BITS], a, magic);
+      if constexpr (TX) {   // the chunk's half sums of x, one mma per tile (A: x's fragments, B: ones)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) mma16816<WB>(xt[mt], bx[mt][0], bx[mt][1], bx[mt][2], bx[mt][3], one, one);
+      }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
 #pragma unroll
@@ -454,7 +499,9 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
           for (int mt = 0; mt < MT; ++mt)
             mma16816<WB>(acc[nt][mt], a[i0], a[i0 + 1], a[i0 + 2], a[i0 + 3], bx[mt][2 * r], bx[mt][2 * r + 1]);
         }
-        if constexpr (OFF) {  // (a tile of ones whose rows 8-15 are copies of `one` changes ptxas' allocation)
+        if constexpr (TX) {
+          // (summed above, once per chunk)
+        } else if constexpr (OFF) {  // (a tile of ones whose rows 8-15 are copies of `one` changes ptxas' allocation)
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt)
             mma16816<WB>(xs[mt], one, oa[0], one, oa[1], bx[mt][2 * r], bx[mt][2 * r + 1]);
