@@ -228,9 +228,38 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
 #pragma unroll
     for (int e = 0; e < 4; ++e) xs[mt][e] = 0.f;
 
+  // LOWBIT_XT (lowbit_kernel.cuh): at two tiles without XZ, the sum of x from one mma per tile and chunk (x's
+  // fragments as A, ones as B: the two k-half sums), gathered in the fold
+  constexpr bool TX = LOWBIT_XT != 0 && MT == 2 && (R::ZERO || OFF) && !XZ;
+  float xt[MT][4], off0 = 0.f, off1 = 0.f;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) xt[mt][e] = 0.f;
+  if constexpr (TX && OFF) {
+    off0 = lo_f32<false>(R::OFFA0);
+    off1 = lo_f32<false>(R::OFFA1);
+  }
+
   // group fold: total += s * acc (- s * z * sum(x)), scales of the staged group at sp; zt = false (XZ, a group that
   // ends before the stage does): s * acc only, its zero term later in zfold, once the block's sum of x is in xsp
   auto flush = [&](const uint8_t *sp, bool zt = true) {
+    if constexpr (TX) {   // lane (g, t): x rows 2t and 2t + 1 of each tile, from lanes 8t and 8t + 4
+      const int r0 = 8 * t, r1 = 8 * t + 4;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const float sx = xt[mt][0] + xt[mt][2];
+        xs[mt][0] = __shfl_sync(0xffffffffu, sx, r0);
+        xs[mt][1] = __shfl_sync(0xffffffffu, sx, r1);
+        if constexpr (OFF) {
+          const float so = fmaf(off0, xt[mt][0], off1 * xt[mt][2]);
+          xs[mt][2] = __shfl_sync(0xffffffffu, so, r0);
+          xs[mt][3] = __shfl_sync(0xffffffffu, so, r1);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) xt[mt][e] = 0.f;
+      }
+    }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       float s0, s1, z0 = 0.f, z1 = 0.f;
@@ -423,6 +452,10 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
         uint32_t a[16];
         if constexpr (OFF) R::deq_off(&wr[d][kg * BITS], a, magic);
         else R::deq(&wr[d][kg * BITS], a, magic);
+        if constexpr (TX) {   // the chunk's half sums of x, one mma per tile
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) mma16816<false>(xt[mt], bx[mt][0], bx[mt][1], bx[mt][2], bx[mt][3], one, one);
+        }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
 #pragma unroll
@@ -432,7 +465,9 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
             for (int mt = 0; mt < MT; ++mt)
               mma16816<false>(acc[nt][mt], a[i0], a[i0 + 1], a[i0 + 2], a[i0 + 3], bx[mt][2 * r], bx[mt][2 * r + 1]);
           }
-          if constexpr (OFF && !XZ) {
+          if constexpr (TX) {
+            // (summed above, once per chunk)
+          } else if constexpr (OFF && !XZ) {
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
               mma16816<false>(xs[mt], one, oa[0], one, oa[1], bx[mt][2 * r], bx[mt][2 * r + 1]);
