@@ -73,6 +73,31 @@ __device__ __forceinline__ float xo(const float (&xs)[4], int c) {
 #ifndef LOWBIT_XT
 #define LOWBIT_XT 0
 #endif
+// LOWBIT_XT's pieces, shared by both decode kernels: the offsets as f32 (0 without OFF) ...
+template <class R, bool WB, bool OFF>
+__device__ __forceinline__ float2 xt_offsets() {
+  if constexpr (OFF) return make_float2(lo_f32<WB>(R::OFFA0), lo_f32<WB>(R::OFFA1));
+  else return make_float2(0.f, 0.f);
+}
+// ... and the fold's gather: lane (g, t)'s x rows 2t, 2t + 1 of each tile into xs (sum(x), sum(offset x) of each) from
+// the half sums xt of lanes 8t and 8t + 4 (rows g = 2t, 2t + 1); xt re-zeroed for the next group
+template <bool OFF, int MT>
+__device__ __forceinline__ void xt_gather(float (&xs)[MT][4], float (&xt)[MT][4], float2 off, int t) {
+  const int r0 = 8 * t, r1 = 8 * t + 4;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const float sx = xt[mt][0] + xt[mt][2];
+    xs[mt][0] = __shfl_sync(0xffffffffu, sx, r0);
+    xs[mt][1] = __shfl_sync(0xffffffffu, sx, r1);
+    if constexpr (OFF) {
+      const float so = fmaf(off.x, xt[mt][0], off.y * xt[mt][2]);
+      xs[mt][2] = __shfl_sync(0xffffffffu, so, r0);
+      xs[mt][3] = __shfl_sync(0xffffffffu, so, r1);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) xt[mt][e] = 0.f;
+  }
+}
 
 // Decode-kernel variants (GemvParams::variant; native/tune.py times them side by side):
 //   0 "base": the kernel measured on the H200 (1 Dec 2026): x staged with MX rows, B-fragment loads
@@ -299,32 +324,12 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
     for (int e = 0; e < 4; ++e) xs[mt][e] = 0.f;
 
   constexpr bool TX = LOWBIT_XT != 0 && MT == 2 && (R::ZERO || OFF);   // LOWBIT_XT (above)
-  float xt[MT][4], off0 = 0.f, off1 = 0.f;   // TX: the half sums' accumulators; the offsets as f32
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) xt[mt][e] = 0.f;
-  if constexpr (TX && OFF) {
-    off0 = lo_f32<WB>(R::OFFA0);
-    off1 = lo_f32<WB>(R::OFFA1);
-  }
+  float xt[MT][4] = {};   // TX: the half sums' accumulators
+  const float2 xoff = xt_offsets<R, WB, TX && OFF>();
 
   // group flush: total += s * acc (- s * z * sum(x)), scales of staged group slot `sp`
   auto flush = [&](const uint8_t *sp) {
-    if constexpr (TX) {   // lane (g, t): x rows 2t and 2t + 1 of each tile, from lanes 8t and 8t + 4 (rows g = 2t, 2t + 1)
-      const int r0 = 8 * t, r1 = 8 * t + 4;
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const float sx = xt[mt][0] + xt[mt][2];
-        xs[mt][0] = __shfl_sync(0xffffffffu, sx, r0);
-        xs[mt][1] = __shfl_sync(0xffffffffu, sx, r1);
-        if constexpr (OFF) {
-          const float so = fmaf(off0, xt[mt][0], off1 * xt[mt][2]);
-          xs[mt][2] = __shfl_sync(0xffffffffu, so, r0);
-          xs[mt][3] = __shfl_sync(0xffffffffu, so, r1);
-        }
-      }
-    }
+    if constexpr (TX) xt_gather<OFF>(xs, xt, xoff, t);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       float s0, s1, z0 = 0.f, z1 = 0.f;
@@ -361,12 +366,6 @@ __global__ void __launch_bounds__(THREADS, variant_blocks(V)) lowbit_gemv_kernel
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) xs[mt][e] = 0.f;
-    }
-    if constexpr (TX) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) xt[mt][e] = 0.f;
     }
   };
 

@@ -231,35 +231,13 @@ __global__ void __launch_bounds__(THREADS, regs_min_blocks(R::BITS, R::ZERO, MT)
   // LOWBIT_XT (lowbit_kernel.cuh): at two tiles without XZ, the sum of x from one mma per tile and chunk (x's
   // fragments as A, ones as B: the two k-half sums), gathered in the fold
   constexpr bool TX = LOWBIT_XT != 0 && MT == 2 && (R::ZERO || OFF) && !XZ;
-  float xt[MT][4], off0 = 0.f, off1 = 0.f;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) xt[mt][e] = 0.f;
-  if constexpr (TX && OFF) {
-    off0 = lo_f32<false>(R::OFFA0);
-    off1 = lo_f32<false>(R::OFFA1);
-  }
+  float xt[MT][4] = {};
+  const float2 xoff = xt_offsets<R, false, TX && OFF>();
 
   // group fold: total += s * acc (- s * z * sum(x)), scales of the staged group at sp; zt = false (XZ, a group that
   // ends before the stage does): s * acc only, its zero term later in zfold, once the block's sum of x is in xsp
   auto flush = [&](const uint8_t *sp, bool zt = true) {
-    if constexpr (TX) {   // lane (g, t): x rows 2t and 2t + 1 of each tile, from lanes 8t and 8t + 4
-      const int r0 = 8 * t, r1 = 8 * t + 4;
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const float sx = xt[mt][0] + xt[mt][2];
-        xs[mt][0] = __shfl_sync(0xffffffffu, sx, r0);
-        xs[mt][1] = __shfl_sync(0xffffffffu, sx, r1);
-        if constexpr (OFF) {
-          const float so = fmaf(off0, xt[mt][0], off1 * xt[mt][2]);
-          xs[mt][2] = __shfl_sync(0xffffffffu, so, r0);
-          xs[mt][3] = __shfl_sync(0xffffffffu, so, r1);
-        }
-#pragma unroll
-        for (int e = 0; e < 4; ++e) xt[mt][e] = 0.f;
-      }
-    }
+    if constexpr (TX) xt_gather<OFF>(xs, xt, xoff, t);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       float s0, s1, z0 = 0.f, z1 = 0.f;
