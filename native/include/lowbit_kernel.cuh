@@ -64,8 +64,8 @@ __device__ __forceinline__ float xo(const float (&xs)[4], int c) {
   else return 0.f;
 }
 
-// LOWBIT_XT (default 1 since the twenty-sixth session; =0 builds the earlier loop for an A/B; native/NOTES.md section
-// 38): at two tiles, the sum of x for the zero point and the offsets
+// LOWBIT_XT (default 1 since the twenty-sixth session; =0 builds the earlier loop for an A/B; native/NOTES.md sections
+// 38-39): at two tiles, the sum of x for the zero point and the offsets
 // from one mma per tile and 32-k chunk instead of two: A = the tile's x fragments as loaded (bx[mt][0..3], a register
 // quad: A row g holds x row g's k with (k >> 1) & 1 == 0 -- the k of the offsets' half jk = 0 -- and row g + 8 the
 // others), B = ones, so D (any column) holds per x row its two half sums S0, S1 over the group's chunks; the fold forms
