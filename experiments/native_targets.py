@@ -61,10 +61,11 @@ def _limit(r) -> str:
         return ("the stream of its codes (lutspan; on an H100 its loads alone, without the table lookups, take 87-89% "
                 "of its time, and the plainest fast reader of the same bytes (flat 16-byte loads) takes as long: "
                 "no walk reads them faster in one call under this timer; the lookups cost the last ~10%)")
-    if bits(r["weight_dtype"]) <= 2 and r["M"] > 8:   # native/NOTES.md section 38
-        return ("issue-bound at half the issue slots (ncu at (8192, 57344) M=16 on an H100: u1 lean / u2 / i2 regs issue "
-                "2.67 / 2.82 / 2.66 instructions per weight at 50 / 52 / 57% of issue slots, ~1 eligible of 3.5-3.7 "
-                "warps per scheduler, 113-125 registers: two blocks per SM); the target needs ~1.2 per weight at ~90%")
+    if bits(r["weight_dtype"]) <= 2 and r["M"] > 8:   # native/NOTES.md sections 38-39
+        return ("issue-bound at half the issue slots (ncu at (8192, 57344) M=16 on an H100, LOWBIT_XT on: u1 lean / u2 / "
+                "i2 regs issue 2.74 / 2.87 / 2.66 instructions per weight at 53 / 54 / 57% of issue slots, ~1.1-1.2 "
+                "eligible of 3.6-3.8 warps per scheduler, 115-128 registers: two blocks per SM); the target needs ~1.2 "
+                "per weight at ~90%")
     if bits(r["weight_dtype"]) <= 2:   # native/NOTES.md sections 26, 28 and 29
         return ("issue-bound with few eligible warps: ncu at (8192, 57344) M=1 (regs): u1 1.65, u2 1.62 instructions issued per "
                 "weight (i4 2.21: the dequantize and the mma cost per weight, not per bit) at 45-48% of issue slots with "
