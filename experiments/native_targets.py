@@ -39,6 +39,45 @@ def floor_target(dtype: str) -> float:
 PACE_OK = 0.97
 
 
+def _uint_two_tiles(dtype: str, M: float) -> bool:
+    from kernels.lowbit.formats import parse_format
+    try:
+        return parse_format(dtype).kind == "uint" and 8 < M <= 16
+    except ValueError:
+        return False
+
+
+# Kernel changes after which older native rows no longer measure today's build: (commit, the change, the points it
+# moves, what was measured of it). decode_summary names the points whose rows predate one (harness.provenance.lacks).
+LATER_CHANGES = [
+    ("205031c", "LOWBIT_XT on by default: the sum of x for the zero points from one mma per tile and 32-k chunk at "
+     "two tiles", _uint_two_tiles,
+     "On an H100 it made the u1 / u2 / u4 M = 16 loops it was measured on 0-8% faster (native/NOTES.md section 39; "
+     "other widths not measured)"),
+]
+
+
+def later_changes(df: pd.DataFrame) -> list[str]:
+    """One sentence per kernel change of LATER_CHANGES that some native decode rows predate: which points, measured
+    at which git sha, and what the change measured; nothing where every row has it or git cannot tell."""
+    from harness.provenance import lacks
+    nat = df[(df["impl"] == "native") & (df["metric"] == "latency_ms") & (df["status"] == "ok") & (df["M"] <= 16)]
+    if nat.empty or "git_sha" not in nat:
+        return []
+    out = []
+    for commit, change, moves, effect in LATER_CHANGES:
+        pts = nat[[bool(moves(t, m)) for t, m in zip(nat["weight_dtype"], nat["M"])]]
+        pts = pts[[lacks(str(s), commit) is True for s in pts["git_sha"]]]
+        if pts.empty:
+            continue
+        keys = pts.drop_duplicates(KEY).sort_values(KEY)
+        names = ", ".join(f"{r['weight_dtype']} M={r['M']:g} ({r['K']:g}, {r['N']:g})" for _, r in keys.iterrows())
+        shas = ", ".join(sorted(str(s)[:7] for s in pts["git_sha"].unique()))
+        out.append(f"Measured before {commit} ({change}; git {shas}): {len(keys)} native point(s), {names}. {effect}; "
+                   "these rows have not been re-measured with it, so a rerun of today's code may be faster there.")
+    return out
+
+
 def _why(r) -> str:
     if r["met"]:
         return ""
@@ -169,7 +208,7 @@ def decode_summary(df: pd.DataFrame) -> list[str]:
                    "points" + (f" ({', '.join(name(r) for _, r in fast.iterrows())})" if len(fast) else "")
                    + "; geomean of its pace: " + ", ".join(
                        f"M = {m} {np.exp(np.log(g['x cuBLAS pace']).mean()):.2f}x" for m, g in ref.groupby("M")) + ".")
-    return out
+    return out + later_changes(df)
 
 
 PACE_CAPTION = ("Issue 13, decode: each point's time against its floor (log-log). On the solid diagonal a kernel runs at "

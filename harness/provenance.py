@@ -34,6 +34,18 @@ def _git(*args: str) -> str:
         return ""
 
 
+@functools.lru_cache(maxsize=None)
+def lacks(sha: str, commit: str) -> bool | None:
+    """Whether the code at git `sha` lacks `commit` (it is not among sha's ancestors): True for a row measured before
+    the commit landed, False for one measured with it; None where git cannot tell (no repository, an unknown sha)."""
+    try:
+        rc = subprocess.run(["git", "merge-base", "--is-ancestor", commit, sha], cwd=ROOT,
+                            capture_output=True, timeout=10).returncode
+    except Exception:
+        return None
+    return {0: False, 1: True}.get(rc)
+
+
 @functools.lru_cache(maxsize=1)
 def collect(device: str) -> dict:
     import torch

@@ -1,5 +1,6 @@
 """experiments/native_targets.py: issue 13's target tables from rows (no GPU needed)."""
 import pandas as pd
+import pytest
 
 from experiments.native_targets import bits, decode_targets, floor_target, prefill_targets
 
@@ -151,3 +152,23 @@ def test_pace_figure_draws_native_and_the_reference_or_nothing():
     ys = [sorted(o.get_offsets()[:, 1].round(1)) for o in ax.collections if type(o).__name__ == "PathCollection"]
     assert ys == [[80.0, 126.0], [73.0, 127.0], [110.0], [73.0]]   # per M: native, then the same-bytes cuBLAS
     assert pace_figure(pd.DataFrame([r for r in rows if r["metric"] != "read_ref_ms"]), "t") is None
+
+
+def test_later_changes_name_the_rows_that_predate_a_kernel_change():
+    """A native row measured at a commit before LOWBIT_XT's default (205031c) is named for the points the change
+    moves (uint at two tiles), a row of 205031c itself or of other points is not; no sentence where git cannot place
+    the sha."""
+    from harness.provenance import lacks
+    from experiments.native_targets import later_changes
+    before, with_it = "0ed3af6", "205031c"
+    if lacks(before, with_it) is not True or lacks(with_it, with_it) is not False:
+        pytest.skip("git history without these commits (a shallow clone)")
+    rows = [dict(_rows("native", "u2", 16, "latency_ms", 0.09), git_sha=before),
+            dict(_rows("native", "u4", 16, "latency_ms", 0.10), git_sha=with_it),
+            dict(_rows("native", "i2", 16, "latency_ms", 0.08), git_sha=before),    # int: not moved by the change
+            dict(_rows("native", "u2", 1, "latency_ms", 0.06), git_sha=before)]     # one tile: not moved
+    s = later_changes(pd.DataFrame(rows))
+    assert len(s) == 1 and "1 native point(s), u2 M=16 (8192, 57344)." in s[0] and "git 0ed3af6" in s[0]
+    assert later_changes(pd.DataFrame(rows[1:])) == []
+    assert later_changes(pd.DataFrame([dict(rows[0], git_sha="not-a-sha")])) == []
+    assert lacks("not-a-sha", with_it) is None

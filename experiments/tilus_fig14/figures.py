@@ -132,7 +132,8 @@ def findings(df):
         below = int((pt < 1).sum())
         out.append(f"The paper's Tilus (L40S) at M >= 2048: {span(pt)}x of cuBLAS f16, below 1x at {below} of its "
                    f"{len(pt)} points.")
-    return out
+    from experiments.native_targets import later_changes
+    return out + later_changes(df)
 
 
 @table("Issue 13 targets of the native CUDA kernel at prefill sizes (>= 0.95x cuBLAS f16), computed from the rows",
