@@ -164,7 +164,8 @@ def vs_paper(df, paper_dir):
     t = p.join(ours, how="outer").join(cv, how="left").join(layers, how="left")
     t = t.reindex([m for m in ORDER if m in t.index] + sorted(set(t.index) - set(ORDER)))
     geo = {c: geomean(t[c]) for c in t.columns if c.startswith(("paper", "ours"))}
-    t.loc["geomean"] = pd.Series(geo)
+    t = t.astype(object)                    # the geomean row leaves the other columns empty
+    t.loc["geomean"] = pd.Series(geo, dtype=object)
     return t.reset_index().rename(columns={"index": "model"})
 
 

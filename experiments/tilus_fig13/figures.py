@@ -37,7 +37,7 @@ def bars(df: pd.DataFrame) -> pd.DataFrame:
                                       "ms": p["latency_ms"].where(p["status"] == "ok"), "speedup": p["speedup"],
                                       "mode": "cuda_graph", "status": p["status"]}))
     b = pd.concat(rows, ignore_index=True)
-    b["pre_fix"] = b["pre_fix"].fillna(False).astype(bool)
+    b["pre_fix"] = b["pre_fix"].astype("boolean").fillna(False).astype(bool)
     b["order"] = [IMPLS.index(w) if s == "ours" and w in IMPLS else len(IMPLS) for s, w in zip(b["source"], b["who"])]
     return b
 
