@@ -39,6 +39,11 @@ def floor_target(dtype: str) -> float:
 PACE_OK = 0.97
 
 
+def _name(r) -> str:
+    """A decode point as the findings name it: 'u2 M=16 (8192, 57344)'."""
+    return f"{r['weight_dtype']} M={r['M']:g} ({r['K']:g}, {r['N']:g})"
+
+
 def _uint_two_tiles(dtype: str, M: float) -> bool:
     from kernels.lowbit.formats import parse_format
     try:
@@ -71,7 +76,7 @@ def later_changes(df: pd.DataFrame) -> list[str]:
         if pts.empty:
             continue
         keys = pts.drop_duplicates(KEY).sort_values(KEY)
-        names = ", ".join(f"{r['weight_dtype']} M={r['M']:g} ({r['K']:g}, {r['N']:g})" for _, r in keys.iterrows())
+        names = ", ".join(_name(r) for _, r in keys.iterrows())
         shas = ", ".join(sorted(str(s)[:7] for s in pts["git_sha"].unique()))
         out.append(f"Measured before {commit} ({change}; git {shas}): {len(keys)} native point(s), {names}. {effect}; "
                    "these rows have not been re-measured with it, so a rerun of today's code may be faster there.")
@@ -179,11 +184,10 @@ def decode_summary(df: pd.DataFrame) -> list[str]:
     t = decode_targets(df)
     if t.empty:
         return []
-    name = lambda r: f"{r['weight_dtype']} M={r['M']:g} ({r['K']:g}, {r['N']:g})"  # noqa: E731
     frac = t["% of floor"].dropna()
     out = [f"Native CUDA kernel: the issue's floor target (90% of the floor for 3-8 bit, 75% for 1-2 bit) is met at "
            f"{int((t['met'] == 'yes').sum())} of {len(t)} points; its best fraction is "
-           f"{frac.max():.1f}% ({name(t.loc[frac.idxmax()])})." if len(frac) else
+           f"{frac.max():.1f}% ({_name(t.loc[frac.idxmax()])})." if len(frac) else
            f"Native CUDA kernel: {len(t)} decode points, none with a floor (no roofline_frac rows)."]
     cmp = t[t["faster than both"] != ""]
     if len(cmp):
@@ -191,10 +195,10 @@ def decode_summary(df: pd.DataFrame) -> list[str]:
         near = lambda d: d[d["within spread"] == "yes"]  # noqa: E731
         won_near = near(cmp[cmp["faster than both"] == "yes"])
         out.append(f"It is faster than both our Triton and our Tilus kernel at {len(cmp) - len(behind)} of {len(cmp)} "
-                   "points" + (f"; behind at {', '.join(name(r) for _, r in behind.iterrows())}" if len(behind) else "")
+                   "points" + (f"; behind at {', '.join(_name(r) for _, r in behind.iterrows())}" if len(behind) else "")
                    + ". Within the p10-p90 spread of the faster of the two (no difference to believe): "
                    + (f"{len(won_near)} of the wins" if len(won_near) else "none of the wins") + ", "
-                   + (f"{len(near(behind))} of the losses ({', '.join(name(r) for _, r in near(behind).iterrows())})"
+                   + (f"{len(near(behind))} of the losses ({', '.join(_name(r) for _, r in near(behind).iterrows())})"
                       if len(near(behind)) else "none of the losses") + ".")
     ref = t[t["x cuBLAS pace"].notna()]
     if len(ref):
@@ -205,7 +209,7 @@ def decode_summary(df: pd.DataFrame) -> list[str]:
                    f"of the floor, so the floor target is beyond the vendor's own reader at "
                    f"{len(ref) - len(over)} of {len(ref)} points under this timer (one call between events after the L2 "
                    f"flush). The native kernel reads at least {PACE_OK:.2f}x as fast as it at {len(fast)} of {len(ref)} "
-                   "points" + (f" ({', '.join(name(r) for _, r in fast.iterrows())})" if len(fast) else "")
+                   "points" + (f" ({', '.join(_name(r) for _, r in fast.iterrows())})" if len(fast) else "")
                    + "; geomean of its pace: " + ", ".join(
                        f"M = {m} {np.exp(np.log(g['x cuBLAS pace']).mean()):.2f}x" for m, g in ref.groupby("M")) + ".")
     return out + later_changes(df)
