@@ -863,3 +863,30 @@ def test_lut_tune_layout_xor_is_what_reading_each_word_once_gives():
     assert layout_xor(w2) == want ^ 0x5A5A5A5A
     with pytest.raises(ValueError, match="whole 32-bit words"):
         layout_xor(torch.zeros(3, dtype=torch.uint8))
+
+
+def test_wg_budget_probe_counts_the_whole_loop(tmp_path):
+    """native/probes/wgdec_budget.cu (native/NOTES.md section 40): every instantiation keeps all of its wgmma live
+    (4 per 32-k chunk, two stages per loop: none replaced by ptxas' dead-result placeholders), the per-channel loop
+    has no fold in it and is the cheapest, and only the folds that read one accumulator set while the other's wgmma
+    are in flight are serialized by ptxas."""
+    _need_nvcc()
+    if _cuobjdump() is None:
+        pytest.skip("no cuobjdump")
+    from native.wg_budget import loop_stats
+    st = {(s["recipe"], s["mode"], s["drain"]): s for s in loop_stats(tmp_path)}
+    assert {(r, m) for r, m, _ in st} == {(r, m) for r in ("f16_u1", "f16_u2", "f16_u4")
+                                          for m in ("perch", "fold", "scale")}
+    for (rec, mode, drain), s in st.items():
+        chunks = 2 * (256 if rec in ("f16_u1", "f16_u2") else 128) // 32
+        assert s["wgmma"] == 4 * chunks and s["dead_wgmma"] == 0, (rec, mode, drain, s["wgmma"], s["dead_wgmma"])
+        assert s["ops"].get("HGMMA", 0) == 4 * chunks, (rec, mode, drain)
+        assert "LDL" not in s["ops"] and "STL" not in s["ops"]
+        assert s["serialized"] == (mode != "perch" and not drain), (rec, mode, drain)
+        if mode == "perch":
+            assert "FFMA" not in s["ops"]
+            assert all(s["per_weight"] < o["per_weight"] for (r, m, _), o in st.items() if r == rec and m != "perch")
+        else:
+            assert s["ops"]["FFMA"] >= 16 * chunks // 4   # 16 values per thread and 128-k group
+    for rec in ("f16_u1", "f16_u2", "f16_u4"):   # the fold with the corrections costs more than the scale alone
+        assert st[(rec, "fold", True)]["per_weight"] > st[(rec, "scale", True)]["per_weight"]
