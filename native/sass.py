@@ -51,20 +51,30 @@ def main_loop(sass: str) -> list:
     return [(t.split()[1] if t.startswith("@") else t.split()[0]).split(".")[0] for a, t in ins if lo <= a <= hi]
 
 
+def compile_sass(src: Path, out_dir: Path, flags=()) -> tuple[list, str]:
+    """`src` compiled for sm_90a with the extension's flags (and `flags`) into a cubin in `out_dir`, disassembled:
+    [(mangled function name, its SASS text)] and ptxas' messages (stderr)."""
+    cub = Path(out_dir) / (Path(src).stem + ".cubin")
+    p = subprocess.run([build.find_nvcc(), build.GENCODE, *build.NVCC_FLAGS, *flags, "-cubin", str(src), "-o", str(cub)],
+                       check=True, capture_output=True, text=True)
+    sass = subprocess.run([_cuobjdump(), "-sass", str(cub)], capture_output=True, text=True, check=True).stdout
+    return [(f.split("\n")[0].strip(), f) for f in re.split(r"\n\s*Function : ", sass)[1:]], p.stderr
+
+
+def available() -> bool:
+    """Whether the SASS counters can run here: the local nvcc and the cuobjdump Triton bundles."""
+    return build.find_nvcc() is not None and Path(_cuobjdump()).exists()
+
+
 def loop_stats(recipes, tmp: Path | None = None) -> list:
-    nvcc = build.find_nvcc()
     recs = {r.name: r for r in LL.all_recipes()}
     out = []
     with tempfile.TemporaryDirectory() as d:
         d = Path(tmp or d)
         src = d / "sass_check.cu"
         src.write_text('#include "lowbit_launch.cuh"\n' + "".join(f"LOWBIT_DEFINE(rec_{r})\n" for r in recipes))
-        cub = d / "sass_check.cubin"
-        subprocess.run([nvcc, build.GENCODE, *build.NVCC_FLAGS, *build.extra_flags(), "-DLOWBIT_SASS_STEADY", "-cubin",
-                        str(src), "-o", str(cub)], check=True, capture_output=True, text=True)
-        sass = subprocess.run([_cuobjdump(), "-sass", str(cub)], capture_output=True, text=True, check=True).stdout
-    for f in re.split(r"\n\s*Function : ", sass)[1:]:
-        name = f.split("\n")[0]
+        funcs, _ = compile_sass(src, d, [*build.extra_flags(), "-DLOWBIT_SASS_STEADY"])
+    for name, f in funcs:
         m = re.search(r"lowbit_gemv_kernelINS_\d+rec_(\w+?)ELi(\d)ELb([01])ELb([01])ELb([01])E(?:Li(\d)E)?(?:Li(\d)E)?"
                       r"(?:Li(\d)E)?", name)
         # regs: f16 out; the last template argument of both kernels is FC (lowbit_kernel.cuh group_ends: 0 = the
@@ -102,7 +112,7 @@ def main(argv=None):
     if bad:
         print(f"config error: unknown recipes {bad}; known: {', '.join(sorted(known))}")
         return 2
-    if build.find_nvcc() is None or not Path(_cuobjdump()).exists():
+    if not available():
         print("unavailable: needs nvcc and the cuobjdump Triton bundles")
         return 2
     for s in loop_stats(a.recipes):

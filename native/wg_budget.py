@@ -15,13 +15,11 @@ import argparse
 import collections
 import json
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 
-from native import build
 from native import lowbit_layout as LL
-from native.sass import _cuobjdump, main_loop
+from native.sass import available, compile_sass, main_loop, weights_per_lane
 
 SOURCE = Path(__file__).parent / "probes" / "wgdec_budget.cu"
 MODES = {0: "perch", 1: "fold", 2: "scale"}
@@ -32,20 +30,16 @@ def loop_stats(tmp: Path | None = None) -> list:
     opcode mix, and whether ptxas serialized its wgmma."""
     recs = {r.name: r for r in LL.all_recipes()}
     with tempfile.TemporaryDirectory() as d:
-        cub = Path(tmp or d) / "wgdec_budget.cubin"
-        p = subprocess.run([build.find_nvcc(), build.GENCODE, *build.NVCC_FLAGS, "-Xptxas", "-v", "-cubin",
-                            str(SOURCE), "-o", str(cub)], check=True, capture_output=True, text=True)
-        sass = subprocess.run([_cuobjdump(), "-sass", str(cub)], capture_output=True, text=True, check=True).stdout
-    serialized = set(re.findall(r"C7514\).*?function '(\w+)'", p.stderr))
+        funcs, ptxas = compile_sass(SOURCE, Path(tmp or d), ["-Xptxas", "-v"])
+    serialized = set(re.findall(r"C7514\).*?function '(\w+)'", ptxas))
     out = []
-    for f in re.split(r"\n\s*Function : ", sass)[1:]:
-        name = f.split("\n")[0].strip()
+    for name, f in funcs:
         m = re.search(r"wgdec_budget_kernelINS_\d+rec_(\w+?)ELi(\d)ELb([01])E", name)
         if not m:
             continue
         rec = recs[m.group(1)]
         body = main_loop(f)
-        wpl = 2 * rec.kstep
+        wpl = 2 * weights_per_lane(rec.kstep)  # two stages per loop
         # wgmma of the tile's shape in the function, and the placeholders ptxas leaves where it found a wgmma's
         # accumulators dead (a probe whose fold lost its result would count too few instructions)
         out.append({"recipe": rec.name, "mode": MODES[int(m.group(2))], "drain": m.group(3) == "1",
@@ -60,7 +54,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    if build.find_nvcc() is None or not Path(_cuobjdump()).exists():
+    if not available():
         print("unavailable: needs nvcc and the cuobjdump Triton bundles")
         return 2
     for s in loop_stats():
