@@ -57,14 +57,17 @@ def _uint_two_tiles(dtype: str, M: float) -> bool:
 LATER_CHANGES = [
     ("205031c", "LOWBIT_XT on by default: the sum of x for the zero points from one mma per tile and 32-k chunk at "
      "two tiles", _uint_two_tiles,
-     "On an H100 it made the u1 / u2 / u4 M = 16 loops it was measured on 0-8% faster (native/NOTES.md section 39; "
-     "other widths not measured)"),
+     "On an H100 it made the u1 / u2 / u4 M = 16 loops it was measured on 0-8% faster; on the H200 the kernel rows "
+     "re-measured with it moved u1 / u2 by -3 to -8% and u3-u8 with the machine's drift, within 2% (native/NOTES.md "
+     "section 39)"),
 ]
 
 
-def later_changes(df: pd.DataFrame) -> list[str]:
+def later_changes(df: pd.DataFrame, key: list = KEY, name=_name) -> list[str]:
     """One sentence per kernel change of LATER_CHANGES that some native decode rows predate: which points, measured
-    at which git sha, and what the change measured; nothing where every row has it or git cannot tell."""
+    at which git sha, and what the change measured; nothing where every row has it or git cannot tell. `key` and
+    `name` say what a point is and how a sentence names it (kernel points by default; tilus_fig12 passes its model
+    steps)."""
     from harness.provenance import lacks
     nat = df[(df["impl"] == "native") & (df["metric"] == "latency_ms") & (df["status"] == "ok") & (df["M"] <= 16)]
     if nat.empty or "git_sha" not in nat:
@@ -75,8 +78,8 @@ def later_changes(df: pd.DataFrame) -> list[str]:
         pts = pts[[lacks(str(s), commit) is True for s in pts["git_sha"]]]
         if pts.empty:
             continue
-        keys = pts.drop_duplicates(KEY).sort_values(KEY)
-        names = ", ".join(_name(r) for _, r in keys.iterrows())
+        keys = pts.drop_duplicates(key).sort_values(key)
+        names = ", ".join(name(r) for _, r in keys.iterrows())
         shas = ", ".join(sorted(str(s)[:7] for s in pts["git_sha"].unique()))
         out.append(f"Measured before {commit} ({change}; git {shas}): {len(keys)} native point(s), {names}. {effect}; "
                    "these rows have not been re-measured with it, so a rerun of today's code may be faster there.")

@@ -172,3 +172,6 @@ def test_later_changes_name_the_rows_that_predate_a_kernel_change():
     assert later_changes(pd.DataFrame(rows[1:])) == []
     assert later_changes(pd.DataFrame([dict(rows[0], git_sha="not-a-sha")])) == []
     assert lacks("not-a-sha", with_it) is None
+    steps = pd.DataFrame([dict(rows[0], model="gemma2_9b", batch=16, K=float("nan"), N=float("nan"))])   # tilus_fig12's
+    s = later_changes(steps, ["model", "weight_dtype", "batch"], lambda r: f"{r['model']} {r['weight_dtype']} b{r['batch']}")
+    assert len(s) == 1 and "1 native point(s), gemma2_9b u2 b16." in s[0]

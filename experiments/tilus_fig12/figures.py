@@ -358,6 +358,9 @@ def findings(df):
                    "where attention is SDPA (not Gemma-2's soft-capped formula) the query's last-dim stride ruled out "
                    "flash attention: PyTorch ran its math path in f32. Measured "
                    f"{span(pre['ms'] / pre['predicted_ms'])}x their prediction; they stand as measured.")
+    from experiments.native_targets import later_changes
+    out += later_changes(df[df["phase"] == "decode"], ["model", "weight_dtype", "batch"],
+                         lambda r: f"{r['model']} {r['weight_dtype']} decode batch {r['batch']:g}")
     g = p[(p["model"] == "gemma2_9b") & (p["impl"] == "tilus") & (p["weight_dtype"] == "u4")]
     if len(g):
         out.append("The paper's Gemma-2-9B u4 speedups of Tilus over vLLM f16 on the L40S: "
